@@ -1,0 +1,7 @@
+"""harness-r1: improve deployed LLM agents by editing their harness, proven on the frozen target.
+
+Subpackages, in the direction dependencies point:
+contracts -> envs -> harness -> sandbox -> trainer -> deploy -> daemon.
+"""
+
+__version__ = "0.1.0"

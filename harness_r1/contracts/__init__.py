@@ -1,0 +1,69 @@
+"""Pydantic models of every message and file format. Imports nothing else of harness_r1."""
+
+from harness_r1.contracts.base import (
+    SCHEMA_VERSION,
+    Contract,
+    Message,
+    UnsupportedSchemaVersion,
+    check_schema_version,
+)
+from harness_r1.contracts.envelopes import ControlCommand, ControlKind, OverlayRelease, SignedEnvelope
+from harness_r1.contracts.hooks import ALLOWED_EFFECTS, EffectKind, HookName
+from harness_r1.contracts.packet import FailurePacket, PacketEpisode, RuntimeSignals, Snippet
+from harness_r1.contracts.patch import HookCode, Patch
+from harness_r1.contracts.task import TaskRef, TaskSpec
+from harness_r1.contracts.trajectory import (
+    BASE_HARNESS,
+    HookEffect,
+    HookFault,
+    Outcome,
+    Step,
+    TargetRef,
+    Termination,
+    Timings,
+    Trajectory,
+)
+
+#: Every top-level message, by the file name its JSON Schema is exported under.
+MESSAGES: dict[str, type[Message]] = {
+    "trajectory": Trajectory,
+    "task_spec": TaskSpec,
+    "failure_packet": FailurePacket,
+    "patch": Patch,
+    "overlay_release": OverlayRelease,
+    "control_command": ControlCommand,
+    "signed_envelope": SignedEnvelope,
+}
+
+__all__ = [
+    "ALLOWED_EFFECTS",
+    "BASE_HARNESS",
+    "MESSAGES",
+    "SCHEMA_VERSION",
+    "Contract",
+    "ControlCommand",
+    "ControlKind",
+    "EffectKind",
+    "FailurePacket",
+    "HookCode",
+    "HookEffect",
+    "HookFault",
+    "HookName",
+    "Message",
+    "Outcome",
+    "OverlayRelease",
+    "PacketEpisode",
+    "Patch",
+    "RuntimeSignals",
+    "SignedEnvelope",
+    "Snippet",
+    "Step",
+    "TargetRef",
+    "TaskRef",
+    "TaskSpec",
+    "Termination",
+    "Timings",
+    "Trajectory",
+    "UnsupportedSchemaVersion",
+    "check_schema_version",
+]

@@ -1,0 +1,61 @@
+"""Signed envelopes for overlay releases and control commands.
+
+The signature covers the exact payload bytes carried in the envelope (base64), so verification
+never depends on how a JSON library re-serialises a parsed object.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from harness_r1.contracts.base import Message
+from harness_r1.contracts.patch import Patch
+
+
+class OverlayRelease(Message):
+    """The payload of a release: which overlay, for which pool, in which order."""
+
+    kind: Literal["overlay_release"] = "overlay_release"
+    overlay_id: str
+    target: str = Field(description="Agent pool the release is for.")
+    seq: int = Field(ge=1, description="Monotonic per target; clients reject seq <= high-water mark.")
+    key_id: str
+    issued_at: datetime
+    expires_at: datetime
+    patch_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    patch: Patch
+    rollout_fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    parent_overlay_id: str | None = None
+
+
+class ControlKind(StrEnum):
+    ROLLBACK = "rollback"
+    PIN = "pin"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class ControlCommand(Message):
+    kind: Literal["control_command"] = "control_command"
+    command: ControlKind
+    command_id: str
+    target: str
+    seq: int = Field(ge=1)
+    key_id: str
+    issued_at: datetime
+    expires_at: datetime
+    overlay_id: str | None = Field(default=None, description="rollback --to / pin: the overlay meant.")
+    actor: str = Field(description="Who issued it (operator name or live_guard).")
+    reason: str = ""
+
+
+class SignedEnvelope(Message):
+    """What travels on the release and control topics."""
+
+    key_id: str
+    payload_b64: str = Field(description="base64 of the exact payload bytes that were signed.")
+    signature_b64: str = Field(description="Ed25519 signature of the payload bytes, base64.")

@@ -1,0 +1,54 @@
+"""FailurePacket: what the engineer reads. Deterministic: same trajectories, same bytes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from harness_r1.contracts.base import Contract, Message
+from harness_r1.contracts.trajectory import TargetRef, Termination
+
+
+class RuntimeSignals(Contract):
+    """Counted symptoms over the selected episodes."""
+
+    repeated_actions: int = 0
+    invalid_actions: int = 0
+    nothing_happens: int = 0
+    empty_sql_results: int = 0
+    sql_errors: int = 0
+    step_limit_hits: int = 0
+    loops: int = 0
+    hook_faults: int = 0
+
+
+class Snippet(Contract):
+    step: int
+    action: str
+    observation: str
+
+
+class PacketEpisode(Contract):
+    masked_task_id: str = Field(description="Stable alias (T1, T2...) so patches cannot hard-code ids.")
+    task_type: str
+    instruction: str
+    constraints: list[str] = Field(default_factory=list)
+    success: bool
+    reward: float
+    termination: Termination
+    steps: int
+    snippets: list[Snippet]
+
+
+class FailurePacket(Message):
+    packet_id: str = Field(description="sha256 of the packet content without this field.")
+    env: str
+    target: TargetRef
+    harness_version: str
+    selection: Literal["round_robin", "lowest_reward"]
+    token_budget: int = Field(ge=1)
+    episodes: list[PacketEpisode]
+    signals: RuntimeSignals
+    batch_size: int = Field(ge=0, description="Episodes in the batch the packet was drawn from.")
+    failures: int = Field(ge=0)
