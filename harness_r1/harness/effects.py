@@ -68,7 +68,10 @@ def parse_step_effect(hook: HookName, value: Any) -> Effect | None:
         return None
     allowed = ALLOWED_EFFECTS[hook]
     if isinstance(value, str):
-        default = {HookName.PRE_DECISION: EffectKind.MESSAGE, HookName.POST_FEEDBACK: EffectKind.HINT}
+        default = {
+            HookName.PRE_DECISION: EffectKind.MESSAGE,
+            HookName.POST_FEEDBACK: EffectKind.HINT,
+        }
         if hook not in default:
             raise JunkResult(f"{hook} must return a dict like {{'effect': 'rewrite', 'text': ...}}")
         return Effect(default[hook], _text(value, "message"))
@@ -76,7 +79,7 @@ def parse_step_effect(hook: HookName, value: Any) -> Effect | None:
         raise JunkResult(f"{hook} returned {type(value).__name__}; expected None, str or dict")
     raw_kind = value.get("effect", EffectKind.MESSAGE if hook == HookName.PRE_DECISION else None)
     try:
-        kind = EffectKind(raw_kind)
+        kind = EffectKind(str(raw_kind))
     except ValueError as err:
         raise JunkResult(f"unknown effect {raw_kind!r}") from err
     if kind not in allowed:
@@ -99,7 +102,9 @@ def parse_start_effects(value: Any) -> StartEffects:
     if isinstance(value, str):
         return StartEffects(skills=(_text(value, "skills"),))
     if not isinstance(value, dict):
-        raise JunkResult(f"episode_start returned {type(value).__name__}; expected None, str or dict")
+        raise JunkResult(
+            f"episode_start returned {type(value).__name__}; expected None, str or dict"
+        )
     unknown = set(value) - {"skills", "state", "effect"}
     if unknown:
         raise JunkResult(f"episode_start returned unknown keys: {', '.join(sorted(unknown))}")

@@ -54,7 +54,9 @@ def locate_gguf(model: EmbeddedModel) -> Path:
 
 def _fingerprint(path: Path) -> str:
     stat = path.stat()
-    return hashlib.sha256(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[
+        :12
+    ]
 
 
 def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) -> Path:
@@ -70,7 +72,7 @@ def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) ->
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     loaded.config.quantization_config = None
-    loaded.hf_quantizer = None
+    loaded.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(loaded.config, "_pre_quantization_dtype"):
         del loaded.config._pre_quantization_dtype
     loaded.save_pretrained(str(tmp))

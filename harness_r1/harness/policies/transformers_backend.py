@@ -58,7 +58,9 @@ class TransformersPolicy:
         self.model.eval()
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        self._stop_ids = torch.tensor(sorted(i for i in eos_ids | {self.tokenizer.pad_token_id} if i is not None))
+        self._stop_ids = torch.tensor(
+            sorted(i for i in eos_ids | {self.tokenizer.pad_token_id} if i is not None)
+        )
         self.generated_tokens = 0
         self.generate_seconds = 0.0
 

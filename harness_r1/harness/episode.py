@@ -1,0 +1,146 @@
+"""One episode's mutable state and the hook calls around it (no model, no batching here).
+
+Split from the loop in runtime.py so each part stays small: this file knows how a hook's
+result becomes an effect or a fault; runtime.py knows how episodes advance together.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from harness_r1.contracts import (
+    EffectKind,
+    HookEffect,
+    HookFault,
+    HookName,
+    Outcome,
+    Step,
+    TaskSpec,
+    Termination,
+)
+from harness_r1.envs.base import Env
+from harness_r1.harness.context import EpisodeView
+from harness_r1.harness.effects import (
+    Effect,
+    JunkResult,
+    StartEffects,
+    check_state,
+    parse_start_effects,
+    parse_step_effect,
+)
+from harness_r1.harness.hooks import HookSet
+from harness_r1.harness.policies.base import ChatMessage
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """An episode to run: which task, which seed, under which overlay."""
+
+    task: TaskSpec
+    seed: int
+    hooks: HookSet
+    trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class PendingStep:
+    """A step being decided: transient context, proposals, effects so far."""
+
+    observation: str
+    note: str | None = None  # pre_decision message, shown with this step's observation only
+    retry_turns: list[ChatMessage] = field(default_factory=list)  # vetoed proposals + reasons
+    raw_output: str = ""
+    proposed: str = ""
+    action: str | None = None
+    model_calls: int = 0
+    vetoes: int = 0
+    effects: list[HookEffect] = field(default_factory=list)
+    faults: list[HookFault] = field(default_factory=list)
+
+
+@dataclass
+class Episode:
+    spec: EpisodeSpec
+    env: Env
+    view: EpisodeView
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    state: dict[str, Any] = field(default_factory=dict)
+    messages: list[ChatMessage] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    start_effects: list[HookEffect] = field(default_factory=list)
+    start_faults: list[HookFault] = field(default_factory=list)
+    pending: PendingStep | None = None
+    forced_next: str | None = None
+    outcome: Outcome | None = None
+    total_reward: float = 0.0
+    model_seconds: float = 0.0
+    env_seconds: float = 0.0
+    hook_seconds: float = 0.0
+    generated_tokens: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.outcome is None
+
+    def finish(self, success: bool, termination: Termination, error: str | None = None) -> None:
+        self.outcome = Outcome(
+            success=success,
+            reward=self.total_reward,
+            termination=termination,
+            steps=len(self.steps),
+            error=error,
+        )
+
+    # -- hook calls: every failure mode becomes a fault, never an exception ------------------
+
+    def _call(self, hook: HookName, ctx: dict[str, Any], faults: list[HookFault]) -> Any:
+        result = self.spec.hooks.call(hook, ctx, self.state)
+        self.hook_seconds += result.seconds
+        if result.fault is not None:
+            faults.append(HookFault(hook=hook, reason=result.fault, detail=result.detail[:500]))
+            self.view.counters.hook_faults += 1
+            return None
+        try:
+            self.state = check_state(result.state)
+        except JunkResult as err:
+            faults.append(HookFault(hook=hook, reason="junk", detail=f"state: {err}"))
+            self.view.counters.hook_faults += 1
+            return None
+        return result.value
+
+    def episode_start(self) -> StartEffects:
+        if not self.spec.hooks.has(HookName.EPISODE_START):
+            return StartEffects()
+        value = self._call(HookName.EPISODE_START, self.view.ctx(), self.start_faults)
+        try:
+            effects = parse_start_effects(value)
+        except JunkResult as err:
+            self._junk(HookName.EPISODE_START, err, self.start_faults)
+            return StartEffects()
+        if effects.state is not None:
+            self.state = effects.state
+            self.start_effects.append(
+                HookEffect(hook=HookName.EPISODE_START, kind=EffectKind.STATE)
+            )
+        for skill in effects.skills:
+            self.start_effects.append(
+                HookEffect(hook=HookName.EPISODE_START, kind=EffectKind.SKILLS, text=skill)
+            )
+        return effects
+
+    def step_hook(self, hook: HookName, faults: list[HookFault], **extra: Any) -> Effect | None:
+        if not self.spec.hooks.has(hook):
+            return None
+        value = self._call(hook, self.view.ctx(**extra), faults)
+        try:
+            return parse_step_effect(hook, value)
+        except JunkResult as err:
+            self._junk(hook, err, faults)
+            return None
+
+    def _junk(self, hook: HookName, err: JunkResult, faults: list[HookFault]) -> None:
+        faults.append(HookFault(hook=hook, reason="junk", detail=str(err)[:500]))
+        self.view.counters.hook_faults += 1
