@@ -7,7 +7,12 @@ from harness_r1.contracts.base import (
     UnsupportedSchemaVersion,
     check_schema_version,
 )
-from harness_r1.contracts.envelopes import ControlCommand, ControlKind, OverlayRelease, SignedEnvelope
+from harness_r1.contracts.envelopes import (
+    ControlCommand,
+    ControlKind,
+    OverlayRelease,
+    SignedEnvelope,
+)
 from harness_r1.contracts.hooks import ALLOWED_EFFECTS, EffectKind, HookName
 from harness_r1.contracts.packet import FailurePacket, PacketEpisode, RuntimeSignals, Snippet
 from harness_r1.contracts.patch import HookCode, Patch

@@ -22,7 +22,9 @@ class OverlayRelease(Message):
     kind: Literal["overlay_release"] = "overlay_release"
     overlay_id: str
     target: str = Field(description="Agent pool the release is for.")
-    seq: int = Field(ge=1, description="Monotonic per target; clients reject seq <= high-water mark.")
+    seq: int = Field(
+        ge=1, description="Monotonic per target; clients reject seq <= high-water mark."
+    )
     key_id: str
     issued_at: datetime
     expires_at: datetime
@@ -48,7 +50,9 @@ class ControlCommand(Message):
     key_id: str
     issued_at: datetime
     expires_at: datetime
-    overlay_id: str | None = Field(default=None, description="rollback --to / pin: the overlay meant.")
+    overlay_id: str | None = Field(
+        default=None, description="rollback --to / pin: the overlay meant."
+    )
     actor: str = Field(description="Who issued it (operator name or live_guard).")
     reason: str = ""
 

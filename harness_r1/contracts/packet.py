@@ -30,7 +30,9 @@ class Snippet(Contract):
 
 
 class PacketEpisode(Contract):
-    masked_task_id: str = Field(description="Stable alias (T1, T2...) so patches cannot hard-code ids.")
+    masked_task_id: str = Field(
+        description="Stable alias (T1, T2...) so patches cannot hard-code ids."
+    )
     task_type: str
     instruction: str
     constraints: list[str] = Field(default_factory=list)

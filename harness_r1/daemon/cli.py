@@ -1,0 +1,113 @@
+"""The `harness-r1` command line. Settings are read here, once, and passed down."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+schemas_app = typer.Typer(no_args_is_help=True, help="JSON Schemas of the message contracts.")
+data_app = typer.Typer(no_args_is_help=True, help="Benchmark data: what is present, and fetching it.")
+app.add_typer(schemas_app, name="schemas")
+app.add_typer(data_app, name="data")
+console = Console(stderr=True)
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from harness_r1.daemon.settings import Settings
+
+    return Settings()
+
+
+@schemas_app.command("export")
+def schemas_export(directory: Path) -> None:
+    """Write every message's JSON Schema into DIRECTORY."""
+    from harness_r1.contracts.schemas import export_schemas
+
+    for path in export_schemas(directory):
+        typer.echo(str(path))
+
+
+@data_app.command("status")
+def data_status() -> None:
+    """Show which data files are present per env and split."""
+    from harness_r1.daemon.data_commands import status_table
+
+    console.print(status_table(_settings().data_root()))
+
+
+@data_app.command("fetch")
+def data_fetch(
+    env: str,
+    dest: Annotated[Path | None, typer.Option(help="Data root to write (default: HARNESS_R1_DATA).")] = None,
+) -> None:
+    """Download the official files for ENV and lay them out as the data root expects."""
+    from harness_r1.daemon.data_commands import fetch
+
+    settings = _settings()
+    root = dest or settings.data or Path("data")
+    fetch(env, root, console)
+
+
+@app.command("eval")
+def eval_command(
+    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
+    split: Annotated[str, typer.Option()],
+    limit: Annotated[int | None, typer.Option(help="Tasks, spread evenly over the split.")] = None,
+    policy: Annotated[str, typer.Option(help="smollm2 (embedded) or openai")] = "smollm2",
+    seed: Annotated[int, typer.Option()] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write trajectories as JSON Lines.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name on that server.")] = None,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    max_steps: Annotated[int | None, typer.Option(help="Override the env's step limit.")] = None,
+    lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
+    max_new_tokens: Annotated[int, typer.Option()] = 96,
+) -> None:
+    """Run the frozen target on real tasks under the base harness and report success rates."""
+    from harness_r1.daemon.eval_command import EvalRequest, run_eval
+
+    settings = _settings()
+    request = EvalRequest(
+        env=env,
+        split=split,
+        limit=limit,
+        policy=policy,
+        seed=seed,
+        out=out,
+        base_url=base_url,
+        model=model,
+        temperature=temperature,
+        max_steps=max_steps,
+        lockstep=lockstep,
+        max_new_tokens=max_new_tokens,
+    )
+    run_eval(request, settings.data_root(), console)
+
+
+@app.command("demo")
+def demo(
+    limit: Annotated[int, typer.Option(help="Tasks per env.")] = 4,
+    max_steps: Annotated[int, typer.Option()] = 8,
+) -> None:
+    """The embedded default: SmolLM2-135M on real tasks of all three envs, base harness."""
+    from harness_r1.daemon.eval_command import EvalRequest, run_eval
+
+    root = _settings().data_root()
+    first_split = {"alfworld": "valid_seen", "dbbench": "dev", "webshop": "fixed"}
+    for env, split in first_split.items():
+        request = EvalRequest(env=env, split=split, limit=limit, max_steps=max_steps, lockstep=limit)
+        run_eval(request, root, console)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

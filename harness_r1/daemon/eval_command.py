@@ -1,0 +1,98 @@
+"""`harness-r1 eval`: run episodes with a progress bar, write JSONL, print rates with intervals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness_r1.contracts import Trajectory
+from harness_r1.envs import get_suite
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
+from harness_r1.harness.evaluation import summarize
+from harness_r1.harness.policies.base import SamplingConfig
+from harness_r1.harness.policies.factory import PolicySpec, build_policy
+from harness_r1.harness.tasks import spread
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    env: str
+    split: str
+    limit: int | None = None
+    policy: str = "smollm2"
+    seed: int = 0
+    out: Path | None = None
+    base_url: str | None = None
+    model: str | None = None
+    temperature: float = 0.0
+    max_steps: int | None = None
+    lockstep: int = 8
+    max_new_tokens: int = 96
+
+
+def rate_table(trajectories: list[Trajectory], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("env", "task type", "n", "success", "95% interval", "mean reward"):
+        table.add_column(column, justify="right" if column not in ("env", "task type") else "left")
+    for row in summarize(trajectories):
+        low, high = row.interval
+        table.add_row(
+            row.env,
+            row.group,
+            str(row.n),
+            f"{row.successes}/{row.n} ({row.rate:.1%})",
+            f"[{low:.1%}, {high:.1%}]",
+            f"{row.mean_reward:.3f}",
+        )
+    return table
+
+
+def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Trajectory]:
+    suite = get_suite(request.env)
+    if request.split not in suite.splits:
+        raise SystemExit(f"unknown split {request.split!r} for {request.env}; known: {', '.join(suite.splits)}")
+    tasks = spread(suite.load_tasks(data_root, request.split), request.limit)
+    sampling = SamplingConfig(temperature=request.temperature, max_new_tokens=request.max_new_tokens)
+    policy = build_policy(
+        PolicySpec(
+            kind=request.policy,
+            base_url=request.base_url,
+            model=request.model,
+            max_batch=request.lockstep,
+            sampling=sampling,
+        )
+    )
+    runtime = HarnessRuntime(
+        suite,
+        policy,
+        data_root,
+        RunConfig(agent_id="eval", max_steps=request.max_steps, lockstep=request.lockstep),
+    )
+    specs = [EpisodeSpec(task=t, seed=request.seed + i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+    sink = None
+    if request.out is not None:
+        request.out.parent.mkdir(parents=True, exist_ok=True)
+        sink = request.out.open("w", encoding="utf-8")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task(f"{request.env}/{request.split}", total=len(specs))
+
+            def done(trajectory: Trajectory) -> None:
+                if sink is not None:
+                    sink.write(trajectory.model_dump_json() + "\n")
+                    sink.flush()
+                progress.advance(bar)
+
+            trajectories = runtime.run(specs, on_done=done)
+    finally:
+        runtime.close()
+        if sink is not None:
+            sink.close()
+    title = f"{policy.model_id} on {request.env}/{request.split}, base harness, seed {request.seed}"
+    Console().print(rate_table(trajectories, title))
+    return trajectories
