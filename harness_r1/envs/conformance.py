@@ -35,7 +35,9 @@ def _check_step(result: Any, where: str) -> StepResult:
     _require(isinstance(result.truncated, bool), f"{where}: truncated must be bool")
     _check_info(result.info, where)
     if result.terminated:
-        _require(isinstance(result.info.get(INFO_SUCCESS), bool), f"{where}: terminal info needs success")
+        _require(
+            isinstance(result.info.get(INFO_SUCCESS), bool), f"{where}: terminal info needs success"
+        )
     return result
 
 
@@ -50,7 +52,8 @@ def check_env(env: Env, task: TaskSpec, *, junk_action: str = "xyzzy plugh", see
     _require(obs1 == obs2, "reset with the same task and seed must give the same observation")
     result = _check_step(env.step(junk_action), "step(junk)")
     _require(
-        not (result.terminated and result.info.get(INFO_SUCCESS)), "a junk action must not solve the task"
+        not (result.terminated and result.info.get(INFO_SUCCESS)),
+        "a junk action must not solve the task",
     )
     if result.terminated:
         try:
