@@ -58,8 +58,9 @@ class TaskPrompter(Protocol):
         """Instructions (AgentBench style), including a worked example of the task type."""
         ...
 
-    def first_message(self, task: TaskSpec, observation: str) -> str:
-        """The first user turn: the task and the initial observation."""
+    def first_message(self, task: TaskSpec, observation: str, info: dict[str, Any]) -> str:
+        """The first user turn: the task, the initial observation and (where the env has them)
+        the admissible actions from the reset info."""
         ...
 
     def feedback_message(self, observation: str, info: dict[str, Any]) -> str:

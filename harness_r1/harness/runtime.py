@@ -125,7 +125,7 @@ class HarnessRuntime:
             )
         ep.messages = [
             {"role": "system", "content": system},
-            {"role": "user", "content": prompter.first_message(spec.task, observation)},
+            {"role": "user", "content": prompter.first_message(spec.task, observation, info)},
         ]
         return ep
 
@@ -225,7 +225,7 @@ class HarnessRuntime:
             return
         ep.env_seconds += time.perf_counter() - started
         ep.total_reward += float(result.reward)
-        shown = result.observation
+        shown = self.suite.prompter.feedback_message(result.observation, result.info)
         if action != pending.proposed and pending.raw_output:
             shown = f"{HARNESS_PREFIX}executed: {action}\n{shown}"
         ep.view.step += 1
@@ -235,7 +235,7 @@ class HarnessRuntime:
         self._record(ep, pending, action, result.observation, float(result.reward))
         ep.messages += [
             {"role": "assistant", "content": pending.raw_output or action},
-            {"role": "user", "content": self.suite.prompter.feedback_message(shown, result.info)},
+            {"role": "user", "content": shown},
         ]
         if result.terminated:
             success = bool(result.info.get(INFO_SUCCESS))

@@ -301,7 +301,7 @@ def test_prompter_maps_model_text_to_actions() -> None:
     assert system.startswith("I will ask you a question, then you should help me operate a MySQL")
     assert 'Final Answer: ["ANSWER1", "ANSWER2", ...]' in system and "UPDATE `Stadiums`" in system
     assert "SELECT `Gold`" in prompter.system_prompt(_task("counting", ROWS, label=["1"]))
-    assert prompter.first_message(task, "q\nt") == "q\nt"
+    assert prompter.first_message(task, "q\nt", {}) == "q\nt"
 
 
 # -- gold replay over every task -------------------------------------------------------------

@@ -55,7 +55,7 @@ class DoorPrompter:
     def system_prompt(self, task: TaskSpec) -> str:
         return "Open the door. Answer with ACTION: <command>."
 
-    def first_message(self, task: TaskSpec, observation: str) -> str:
+    def first_message(self, task: TaskSpec, observation: str, info: dict[str, Any]) -> str:
         return observation
 
     def feedback_message(self, observation: str, info: dict[str, Any]) -> str:

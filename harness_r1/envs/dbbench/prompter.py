@@ -140,7 +140,7 @@ class DBBenchPrompter:
         kind = task.task_type if task.task_type in _EXAMPLES else "query"
         return f"{AGENTBENCH_PROMPT}\n\n{_EXAMPLE_HEAD}{_EXAMPLES[kind]}"
 
-    def first_message(self, task: TaskSpec, observation: str) -> str:
+    def first_message(self, task: TaskSpec, observation: str, info: dict[str, Any]) -> str:
         return observation
 
     def feedback_message(self, observation: str, info: dict[str, Any]) -> str:
