@@ -1,0 +1,88 @@
+"""WebShop (Yao et al. 2022): find and buy the product an instruction describes.
+
+Why two engines: `WebShopEnv` (env.py) plays WebShop's page flow and reward over a catalogue
+reconstructed from the 60 fixed goals (the real product file is not available; see
+catalogue.py for exactly what is reconstructed and how); `WebShopHttpEnv` (http.py) plays the
+same protocol against a real WebShop server (the official web_agent_site Flask app).
+
+Tasks: split `fixed`, task_id `fixed_<n>` (WebShop's session ids for its fixed goals),
+task_type = the goal's category query, instruction = the task text without "[Search]".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness_r1.contracts import TaskSpec
+from harness_r1.envs.base import EnvSuite
+from harness_r1.envs.data import DataError
+from harness_r1.envs.webshop.catalogue import Catalogue, build_catalogue, load_catalogue
+from harness_r1.envs.webshop.env import ENV_NAME, WebShopEnv
+from harness_r1.envs.webshop.goals import GOALS_FILE, load_goal_records
+from harness_r1.envs.webshop.model import Goal, Product
+from harness_r1.envs.webshop.prompter import WebShopPrompter
+from harness_r1.envs.webshop.reward import RewardBreakdown, get_reward
+
+SPLITS: tuple[str, ...] = ("fixed",)
+DEFAULT_MAX_STEPS = 15
+
+
+def load_tasks(data_root: Path, split: str) -> list[TaskSpec]:
+    """The tasks of `split` in session order; DataError for a missing or malformed file."""
+    if split not in SPLITS:
+        raise DataError(data_root / GOALS_FILE, f"unknown WebShop split {split!r}; known: fixed")
+    return [
+        TaskSpec(
+            env=ENV_NAME,
+            split=split,
+            task_id=record.session_idx,
+            task_type=record.query,
+            instruction=record.instruction,
+            max_steps=DEFAULT_MAX_STEPS,
+            payload={
+                "session_idx": record.session_idx,
+                "asin": record.asin,
+                "query": record.query,
+                "name": record.name,
+                "goal_options": list(record.goal_options),
+                "price_upper": record.price_upper,
+            },
+        )
+        for record in load_goal_records(data_root)
+    ]
+
+
+def make_env(data_root: Path) -> WebShopEnv:
+    return WebShopEnv(data_root)
+
+
+def data_files(data_root: Path) -> dict[str, Sequence[Path]]:
+    return {"fixed": [data_root / GOALS_FILE]}
+
+
+SUITE = EnvSuite(
+    name=ENV_NAME,
+    splits=SPLITS,
+    default_max_steps=DEFAULT_MAX_STEPS,
+    make_env=make_env,
+    load_tasks=load_tasks,
+    prompter=WebShopPrompter(),
+    data_files=data_files,
+)
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "SPLITS",
+    "SUITE",
+    "Catalogue",
+    "Goal",
+    "Product",
+    "RewardBreakdown",
+    "WebShopEnv",
+    "WebShopPrompter",
+    "build_catalogue",
+    "get_reward",
+    "load_catalogue",
+    "load_tasks",
+]
