@@ -1,1 +1,4 @@
-"""Service wiring: settings, CLI (and, later, the state store, scheduler, metrics). Nothing imports it."""
+"""Service wiring: settings and the CLI (later: state store, scheduler, metrics).
+
+Nothing else in harness_r1 imports this package.
+"""

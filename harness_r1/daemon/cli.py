@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 schemas_app = typer.Typer(no_args_is_help=True, help="JSON Schemas of the message contracts.")
-data_app = typer.Typer(no_args_is_help=True, help="Benchmark data: what is present, and fetching it.")
+data_app = typer.Typer(
+    no_args_is_help=True, help="Benchmark data: what is present, and fetching it."
+)
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
@@ -44,7 +44,9 @@ def data_status() -> None:
 @data_app.command("fetch")
 def data_fetch(
     env: str,
-    dest: Annotated[Path | None, typer.Option(help="Data root to write (default: HARNESS_R1_DATA).")] = None,
+    dest: Annotated[
+        Path | None, typer.Option(help="Data root to write (default: HARNESS_R1_DATA).")
+    ] = None,
 ) -> None:
     """Download the official files for ENV and lay them out as the data root expects."""
     from harness_r1.daemon.data_commands import fetch
@@ -101,7 +103,9 @@ def demo(
     root = _settings().data_root()
     first_split = {"alfworld": "valid_seen", "dbbench": "dev", "webshop": "fixed"}
     for env, split in first_split.items():
-        request = EvalRequest(env=env, split=split, limit=limit, max_steps=max_steps, lockstep=limit)
+        request = EvalRequest(
+            env=env, split=split, limit=limit, max_steps=max_steps, lockstep=limit
+        )
         run_eval(request, root, console)
 
 

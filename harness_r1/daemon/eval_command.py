@@ -54,9 +54,13 @@ def rate_table(trajectories: list[Trajectory], title: str) -> Table:
 def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Trajectory]:
     suite = get_suite(request.env)
     if request.split not in suite.splits:
-        raise SystemExit(f"unknown split {request.split!r} for {request.env}; known: {', '.join(suite.splits)}")
+        raise SystemExit(
+            f"unknown split {request.split!r} for {request.env}; known: {', '.join(suite.splits)}"
+        )
     tasks = spread(suite.load_tasks(data_root, request.split), request.limit)
-    sampling = SamplingConfig(temperature=request.temperature, max_new_tokens=request.max_new_tokens)
+    sampling = SamplingConfig(
+        temperature=request.temperature, max_new_tokens=request.max_new_tokens
+    )
     policy = build_policy(
         PolicySpec(
             kind=request.policy,
@@ -72,12 +76,19 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
         data_root,
         RunConfig(agent_id="eval", max_steps=request.max_steps, lockstep=request.lockstep),
     )
-    specs = [EpisodeSpec(task=t, seed=request.seed + i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+    specs = [
+        EpisodeSpec(task=t, seed=request.seed + i, hooks=NoHooks()) for i, t in enumerate(tasks)
+    ]
     sink = None
     if request.out is not None:
         request.out.parent.mkdir(parents=True, exist_ok=True)
         sink = request.out.open("w", encoding="utf-8")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     try:
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task(f"{request.env}/{request.split}", total=len(specs))

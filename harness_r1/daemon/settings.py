@@ -1,4 +1,4 @@
-"""Settings, read once at the entry point (environment `HARNESS_R1_*`) and passed down as plain objects."""
+"""Settings: read once at the entry point (`HARNESS_R1_*`), passed down as plain objects."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ class Settings(BaseSettings):
 
     data: Path | None = Field(
         default=None,
-        description="Benchmark data root (alfworld/, dbbench/, webshop/). Default: ../shared/benchmarks.",
+        description="Data root holding alfworld/, dbbench/, webshop/ (default ../shared/benchmarks).",
     )
-    cache: Path = Field(default=Path.home() / ".cache" / "harness-r1", description="Model cache dir.")
+    cache: Path = Field(
+        default=Path.home() / ".cache" / "harness-r1", description="Model cache dir."
+    )
 
     @field_validator("data")
     @classmethod

@@ -47,7 +47,9 @@ def summarize(trajectories: Iterable[Trajectory]) -> list[RateRow]:
         groups[(t.task.env, "all")].append(t)
         groups[(t.task.env, t.task.task_type)].append(t)
     rows = []
-    for (env, group), items in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "all", kv[0][1])):
+    for (env, group), items in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "all", kv[0][1])
+    ):
         rows.append(
             RateRow(
                 env=env,

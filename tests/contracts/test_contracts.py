@@ -31,7 +31,14 @@ def _trajectory(**overrides: object) -> Trajectory:
         agent_id="a1",
         target=TargetRef(model_id="m"),
         harness_version="base",
-        task=TaskRef(env="dbbench", split="dev", task_id="dev-000", task_type="INSERT", instruction="x", seed=0),
+        task=TaskRef(
+            env="dbbench",
+            split="dev",
+            task_id="dev-000",
+            task_type="INSERT",
+            instruction="x",
+            seed=0,
+        ),
         steps=[],
         outcome=Outcome(success=False, reward=0.0, termination=Termination.STEP_LIMIT, steps=0),
         timings=Timings(started_at=now, finished_at=now),
@@ -83,7 +90,10 @@ def test_patch_rejects_repeated_hooks_and_unknown_hook_names() -> None:
     with pytest.raises(ValidationError):
         Patch(env="alfworld", hooks=[{"hook": "post_everything", "code": code}])  # type: ignore[list-item]
     patch = Patch(env="alfworld", hooks=[{"hook": "pre_action", "code": code}])  # type: ignore[list-item]
-    assert patch.code_for(HookName.PRE_ACTION) == code and patch.code_for(HookName.PRE_DECISION) is None
+    assert (
+        patch.code_for(HookName.PRE_ACTION) == code
+        and patch.code_for(HookName.PRE_DECISION) is None
+    )
 
 
 def test_patch_hash_is_content_addressed() -> None:

@@ -39,12 +39,16 @@ class DoorEnv:
         self.actions.append(action)
         if action == "open door":
             self.done = True
-            return StepResult("The door opens. You win.", 1.0, True, False, self._info(success=True))
+            return StepResult(
+                "The door opens. You win.", 1.0, True, False, self._info(success=True)
+            )
         if action == "smash door":
             self.done = True
             return StepResult("You broke it.", 0.0, True, False, self._info(success=False))
         if action == "look":
-            return StepResult("You see a door.", 0.0, False, False, self._info(invalid_action=False))
+            return StepResult(
+                "You see a door.", 0.0, False, False, self._info(invalid_action=False)
+            )
         return StepResult("Nothing happens.", 0.0, False, False, self._info(invalid_action=True))
 
     def close(self) -> None:
@@ -65,7 +69,9 @@ class DoorPrompter:
         return raw_output.split("ACTION:")[-1].strip().lower()
 
 
-TASK = TaskSpec(env="door", split="test", task_id="d1", task_type="door", instruction="open it", max_steps=5)
+TASK = TaskSpec(
+    env="door", split="test", task_id="d1", task_type="door", instruction="open it", max_steps=5
+)
 
 
 def _runtime(policy: ScriptedPolicy, envs: list[DoorEnv], **config: Any) -> HarnessRuntime:
@@ -124,7 +130,11 @@ def test_veto_asks_the_model_again_with_the_reason() -> None:
 
     def respond(messages: Any) -> str:
         seen.append(messages[-1]["content"])
-        return "ACTION: open door" if "not allowed" in messages[-1]["content"] else "ACTION: smash door"
+        return (
+            "ACTION: open door"
+            if "not allowed" in messages[-1]["content"]
+            else "ACTION: smash door"
+        )
 
     def no_smash(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
         if ctx["proposed_action"] == "smash door":
@@ -218,7 +228,10 @@ def test_episode_start_skills_reach_the_system_prompt_and_state_is_shared() -> N
     trajectory, env = _run(ScriptedPolicy(respond), hooks)
     assert "doors open with 'open door'" in systems[0]
     assert env.actions == ["look", "look", "open door"]
-    assert [e.kind for e in trajectory.episode_start_effects] == [EffectKind.STATE, EffectKind.SKILLS]
+    assert [e.kind for e in trajectory.episode_start_effects] == [
+        EffectKind.STATE,
+        EffectKind.SKILLS,
+    ]
 
 
 def test_pre_decision_note_is_shown_for_that_step_only() -> None:
@@ -284,7 +297,9 @@ def test_lockstep_batches_generation_across_episodes() -> None:
     assert len(envs) == 4  # env slots are reused across groups
 
 
-@pytest.mark.parametrize("bad", [42, ["open door"], {"effect": "rewrite"}, {"effect": "force", "text": ""}])
+@pytest.mark.parametrize(
+    "bad", [42, ["open door"], {"effect": "rewrite"}, {"effect": "force", "text": ""}]
+)
 def test_junk_shapes_for_pre_action(bad: Any) -> None:
     hooks = InProcessHooks("ov", {HookName.PRE_ACTION: lambda ctx, state: bad})
     trajectory, env = _run(ScriptedPolicy(["ACTION: open door"]), hooks)

@@ -38,5 +38,7 @@ def build_policy(spec: PolicySpec) -> Policy:
     from harness_r1.harness.policies.transformers_backend import TransformersPolicy
 
     if spec.kind in EMBEDDED:
-        return TransformersPolicy.embedded(spec.kind, sampling=spec.sampling, max_batch=spec.max_batch)
+        return TransformersPolicy.embedded(
+            spec.kind, sampling=spec.sampling, max_batch=spec.max_batch
+        )
     raise ValueError(f"unknown policy {spec.kind!r}; use one of {', '.join(EMBEDDED)} or 'openai'")
