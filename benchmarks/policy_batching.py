@@ -66,7 +66,8 @@ def main() -> None:
         )
     episodes_ratio = batched["episodes_per_s"] / one["episodes_per_s"]
     tokens_ratio = batched["tokens_per_s"] / one["tokens_per_s"]
-    print(f"\nlockstep / one-by-one: episodes/s x{episodes_ratio:.2f}, tokens/s x{tokens_ratio:.2f}")
+    print(f"\nlockstep / one-by-one: episodes/s x{episodes_ratio:.2f}", end="")
+    print(f", tokens/s x{tokens_ratio:.2f}")
 
 
 if __name__ == "__main__":

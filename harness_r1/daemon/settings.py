@@ -15,7 +15,7 @@ class Settings(BaseSettings):
 
     data: Path | None = Field(
         default=None,
-        description="Data root holding alfworld/, dbbench/, webshop/ (default ../shared/benchmarks).",
+        description="Data root with alfworld/, dbbench/, webshop/ (default ../shared/benchmarks).",
     )
     cache: Path = Field(
         default=Path.home() / ".cache" / "harness-r1", description="Model cache dir."
