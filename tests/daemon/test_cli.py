@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness_r1.contracts import Trajectory
+from harness_r1.contracts.schemas import render_schemas
+from harness_r1.daemon.cli import app
+
+runner = CliRunner()
+
+
+def test_schemas_export_writes_every_schema(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["schemas", "export", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    written = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert written == render_schemas()
+
+
+def test_data_status_shows_every_env_and_split() -> None:
+    result = runner.invoke(app, ["data", "status"])
+    assert result.exit_code == 0, result.output
+    for env, split, tasks in [
+        ("alfworld", "valid_seen", "140"),
+        ("dbbench", "dev", "60"),
+        ("webshop", "fixed", "60"),
+    ]:
+        assert any(
+            env in line and split in line and tasks in line for line in result.output.splitlines()
+        )
+
+
+def test_bad_data_root_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["data", "status"], env={"HARNESS_R1_DATA": str(tmp_path / "nope")})
+    assert result.exit_code != 0
+    assert "is not a directory" in str(result.exception) or "is not a directory" in result.output
+
+
+def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "dbbench").mkdir()
+    (tmp_path / "dbbench" / "dev.jsonl").write_text('{"description": "x"}\nnot json\n')
+    env = {"HARNESS_R1_DATA": str(tmp_path), "COLUMNS": "400"}
+    result = runner.invoke(app, ["data", "status"], env=env)
+    assert result.exit_code == 0, result.output
+    [dev] = [line for line in result.output.splitlines() if "dbbench" in line and "dev" in line]
+    assert "dev.jsonl" in dev and "line 2 is not valid JSON" in dev
+    [standard] = [line for line in result.output.splitlines() if "standard" in line]
+    assert "standard_even.jsonl" in standard and "missing" in standard
+
+
+def test_unknown_split_is_refused() -> None:
+    result = runner.invoke(app, ["eval", "--env", "dbbench", "--split", "nope", "--limit", "1"])
+    assert result.exit_code != 0
+    assert "unknown split" in str(result.exception) + result.output
+
+
+@pytest.mark.integration
+def test_eval_writes_trajectories_and_prints_rates(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "x.jsonl"
+    args = ["eval", "--env", "dbbench", "--split", "dev", "--limit", "2", "--max-steps", "1"]
+    result = runner.invoke(
+        app, [*args, "--lockstep", "2", "--out", str(out), "--max-new-tokens", "16"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    trajectories = [Trajectory.model_validate(json.loads(line)) for line in lines]
+    assert len(trajectories) == 2
+    assert {t.task.task_id for t in trajectories} == {"dev-000", "dev-030"}
+    assert all(t.outcome.steps == 1 for t in trajectories)
+    assert "95% interval" in result.output and "dbbench" in result.output
