@@ -70,6 +70,7 @@ def eval_command(
     max_steps: Annotated[int | None, typer.Option(help="Override the env's step limit.")] = None,
     lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
     max_new_tokens: Annotated[int, typer.Option()] = 96,
+    history_turns: Annotated[int, typer.Option(help="Past exchanges the model sees.")] = 6,
 ) -> None:
     """Run the frozen target on real tasks under the base harness and report success rates."""
     from harness_r1.daemon.eval_command import EvalRequest, run_eval
@@ -88,6 +89,7 @@ def eval_command(
         max_steps=max_steps,
         lockstep=lockstep,
         max_new_tokens=max_new_tokens,
+        history_turns=history_turns,
     )
     run_eval(request, settings.data_root(), console)
 

@@ -32,6 +32,7 @@ class EvalRequest:
     max_steps: int | None = None
     lockstep: int = 8
     max_new_tokens: int = 96
+    history_turns: int = 6
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -74,7 +75,12 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
         suite,
         policy,
         data_root,
-        RunConfig(agent_id="eval", max_steps=request.max_steps, lockstep=request.lockstep),
+        RunConfig(
+            agent_id="eval",
+            max_steps=request.max_steps,
+            lockstep=request.lockstep,
+            history_turns=request.history_turns,
+        ),
     )
     specs = [
         EpisodeSpec(task=t, seed=request.seed + i, hooks=NoHooks()) for i, t in enumerate(tasks)
