@@ -7,6 +7,7 @@ from harness_r1.contracts.base import (
     UnsupportedSchemaVersion,
     check_schema_version,
 )
+from harness_r1.contracts.canary import CanaryReport, CandidateCost, CandidateResult, PairedTask
 from harness_r1.contracts.envelopes import (
     ControlCommand,
     ControlKind,
@@ -38,11 +39,17 @@ MESSAGES: dict[str, type[Message]] = {
     "overlay_release": OverlayRelease,
     "control_command": ControlCommand,
     "signed_envelope": SignedEnvelope,
+    "candidate_result": CandidateResult,
+    "canary_report": CanaryReport,
 }
 
 __all__ = [
     "ALLOWED_EFFECTS",
     "BASE_HARNESS",
+    "CandidateCost",
+    "CandidateResult",
+    "CanaryReport",
+    "PairedTask",
     "MESSAGES",
     "SCHEMA_VERSION",
     "Contract",

@@ -1,0 +1,56 @@
+"""Canary results: what a candidate patch did to the frozen target on a paired batch."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from harness_r1.contracts.base import Contract, Message
+from harness_r1.contracts.trajectory import TargetRef
+
+
+class PairedTask(Contract):
+    task_id: str
+    seed: int
+    base_success: bool
+    patched_success: bool
+    base_reward: float
+    patched_reward: float
+
+
+class CandidateCost(Contract):
+    episodes: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+
+class CandidateResult(Message):
+    candidate_id: str
+    patch_sha256: str | None
+    status: Literal["evaluated", "invalid", "infra_error"]
+    invalid_reason: str | None = Field(default=None, description="Stable code + message.")
+    pairs: list[PairedTask] = Field(default_factory=list)
+    delta_success: float | None = None
+    delta_mean_reward: float | None = None
+    delta_interval: tuple[float, float] | None = Field(
+        default=None, description="Paired bootstrap 95% interval of the success delta."
+    )
+    sandbox_events: dict[str, int] = Field(default_factory=dict)
+    cost: CandidateCost = Field(default_factory=CandidateCost)
+    reward: float | None = Field(
+        default=None,
+        description="Training reward: delta success; invalid -> configured value; "
+        "infrastructure failure -> None (never a reward).",
+    )
+
+
+class CanaryReport(Message):
+    batch_id: str
+    env: str
+    target: TargetRef
+    tasks: int
+    baseline_cached: bool
+    baseline_success_rate: float
+    baseline_cost: CandidateCost
+    candidates: list[CandidateResult]

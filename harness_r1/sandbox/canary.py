@@ -1,0 +1,330 @@
+"""The canary: re-run the frozen target on the same tasks and seeds with and without a patch.
+
+Design (paired, shared baseline): the batch's baseline run (base harness) is computed once per
+(batch, target, run config) and cached; every valid candidate then runs the same task ids with
+the same seeds, all candidates' episodes together in lockstep so generation is batched across
+them. Cost: n + K*n episodes instead of the naive 2*K*n.
+
+Infrastructure failures (an env error, a model backend failure) are retried and, if they
+persist, reported as `infra_error` with no reward: they are never turned into a reward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from harness_r1.contracts import (
+    CanaryReport,
+    CandidateCost,
+    CandidateResult,
+    PairedTask,
+    Patch,
+    TargetRef,
+    TaskSpec,
+    Termination,
+    Trajectory,
+)
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
+from harness_r1.harness.policies.base import PolicyError
+from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
+
+log = structlog.get_logger(__name__)
+
+
+class ClosableHookSet(HookSet, Protocol):
+    def close(self) -> None: ...
+
+
+HookSetFactory = Callable[[Patch, str], HookSet]
+Validator = Callable[[Patch], str | None]  # None when valid, else "code: message"
+
+
+@dataclass(frozen=True)
+class CanaryBatch:
+    env: str
+    tasks: tuple[TaskSpec, ...]
+    seeds: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.tasks) != len(self.seeds):
+            raise ValueError("a canary batch needs one seed per task")
+        if any(t.env != self.env for t in self.tasks):
+            raise ValueError("every task of a canary batch must belong to its env")
+
+    @property
+    def batch_id(self) -> str:
+        key = [self.env, [[t.split, t.task_id] for t in self.tasks], list(self.seeds)]
+        return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    candidate_id: str
+    patch: Patch | None
+    invalid_reason: str | None = None  # set when parsing already failed
+
+
+@dataclass(frozen=True)
+class CanaryConfig:
+    invalid_reward: float = 0.0
+    infra_retries: int = 2
+    bootstrap_samples: int = 2000
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    task_id: str
+    seed: int
+    success: bool
+    reward: float
+    tokens: int
+    seconds: float
+    faults: dict[str, int] = field(default_factory=dict)
+
+
+def _outcome(t: Trajectory) -> EpisodeOutcome:
+    faults = Counter(f.reason for s in t.steps for f in s.faults)
+    faults.update(f.reason for f in t.episode_start_faults)
+    timing = t.timings
+    return EpisodeOutcome(
+        task_id=t.task.task_id,
+        seed=t.task.seed,
+        success=t.outcome.success,
+        reward=t.outcome.reward,
+        tokens=timing.generated_tokens,
+        seconds=timing.model_seconds + timing.env_seconds + timing.hook_seconds,
+        faults=dict(faults),
+    )
+
+
+class BaselineCache:
+    """Baseline outcomes keyed by batch, target and run config; in memory, optionally on disk."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._memory: dict[str, list[EpisodeOutcome]] = {}
+        self._directory = directory
+
+    def get(self, key: str) -> list[EpisodeOutcome] | None:
+        if key in self._memory:
+            return self._memory[key]
+        if self._directory is not None and (path := self._directory / f"{key}.json").is_file():
+            rows = [EpisodeOutcome(**row) for row in json.loads(path.read_text())]
+            self._memory[key] = rows
+            return rows
+        return None
+
+    def put(self, key: str, outcomes: list[EpisodeOutcome]) -> None:
+        self._memory[key] = outcomes
+        if self._directory is not None:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            tmp = self._directory / f".{key}.tmp"
+            tmp.write_text(json.dumps([asdict(o) for o in outcomes]))
+            tmp.rename(self._directory / f"{key}.json")
+
+
+class InfraFailure(RuntimeError):
+    pass
+
+
+class CanaryRunner:
+    def __init__(
+        self,
+        runtime: HarnessRuntime,
+        hooks_factory: HookSetFactory,
+        validator: Validator,
+        config: CanaryConfig | None = None,
+        cache: BaselineCache | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.hooks_factory = hooks_factory
+        self.validator = validator
+        self.config = config or CanaryConfig()
+        self.cache = cache or BaselineCache()
+
+    @property
+    def target(self) -> TargetRef:
+        policy = self.runtime.policy
+        return TargetRef(model_id=policy.model_id, version=policy.version)
+
+    def baseline_key(self, batch: CanaryBatch) -> str:
+        config = self.runtime.config
+        key = [
+            batch.batch_id,
+            self.target.model_dump(),
+            "base",
+            config.max_steps,
+            config.history_turns,
+        ]
+        return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+
+    # -- running episodes with retries --------------------------------------------------------
+
+    def _run(self, specs: list[EpisodeSpec]) -> dict[str, Trajectory]:
+        """Run specs; re-run episodes that ended in an infrastructure error."""
+        pending, done = list(specs), {}
+        for attempt in range(self.config.infra_retries + 1):
+            try:
+                trajectories = self.runtime.run(pending)
+            except PolicyError as err:
+                log.warning("canary.policy_error", attempt=attempt, error=str(err))
+                continue
+            retry = []
+            for spec, trajectory in zip(pending, trajectories, strict=True):
+                if trajectory.outcome.termination == Termination.ERROR:
+                    retry.append(spec)
+                else:
+                    done[spec.trajectory_id] = trajectory
+            pending = retry
+            if not pending:
+                break
+        for spec in pending:
+            log.error("canary.infra_failure", trajectory_id=spec.trajectory_id)
+        return done
+
+    def _specs(self, batch: CanaryBatch, hooks: HookSet, prefix: str) -> list[EpisodeSpec]:
+        return [
+            EpisodeSpec(task=t, seed=s, hooks=hooks, trajectory_id=f"{prefix}-{i}")
+            for i, (t, s) in enumerate(zip(batch.tasks, batch.seeds, strict=True))
+        ]
+
+    def baseline(self, batch: CanaryBatch) -> tuple[list[EpisodeOutcome], bool]:
+        key = self.baseline_key(batch)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached, True
+        specs = self._specs(batch, NoHooks(), f"canary-{batch.batch_id[:12]}-base")
+        done = self._run(specs)
+        if len(done) != len(specs):
+            raise InfraFailure(f"baseline of batch {batch.batch_id[:12]}: episodes kept failing")
+        outcomes = [_outcome(done[s.trajectory_id]) for s in specs]
+        self.cache.put(key, outcomes)
+        return outcomes, False
+
+    # -- the public entry point ---------------------------------------------------------------
+
+    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
+        started = time.perf_counter()
+        base, cached = self.baseline(batch)
+        base_seconds = 0.0 if cached else time.perf_counter() - started
+        results: dict[str, CandidateResult] = {}
+        runnable: list[tuple[Candidate, HookSet]] = []
+        for candidate in candidates:
+            reason = candidate.invalid_reason
+            if reason is None and candidate.patch is not None:
+                reason = self.validator(candidate.patch)
+            if reason is None and candidate.patch is None:
+                reason = "no_patch: the candidate carries no patch"
+            if reason is not None:
+                results[candidate.candidate_id] = self._invalid(candidate, reason)
+                continue
+            assert candidate.patch is not None
+            runnable.append(
+                (candidate, self.hooks_factory(candidate.patch, candidate.candidate_id))
+            )
+        specs_by_candidate = {
+            c.candidate_id: self._specs(
+                batch, hooks, f"canary-{batch.batch_id[:12]}-{c.candidate_id}"
+            )
+            for c, hooks in runnable
+        }
+        try:
+            done = self._run([s for specs in specs_by_candidate.values() for s in specs])
+        finally:
+            for _, hooks in runnable:
+                close = getattr(hooks, "close", None)
+                if callable(close):
+                    close()
+        for candidate, hooks in runnable:
+            specs = specs_by_candidate[candidate.candidate_id]
+            results[candidate.candidate_id] = self._evaluated(candidate, hooks, specs, done, base)
+        return CanaryReport(
+            batch_id=batch.batch_id,
+            env=batch.env,
+            target=self.target,
+            tasks=len(batch.tasks),
+            baseline_cached=cached,
+            baseline_success_rate=sum(o.success for o in base) / max(1, len(base)),
+            baseline_cost=CandidateCost(
+                episodes=0 if cached else len(base),
+                generated_tokens=0 if cached else sum(o.tokens for o in base),
+                seconds=round(base_seconds, 3),
+            ),
+            candidates=[results[c.candidate_id] for c in candidates],
+        )
+
+    def _invalid(self, candidate: Candidate, reason: str) -> CandidateResult:
+        return CandidateResult(
+            candidate_id=candidate.candidate_id,
+            patch_sha256=candidate.patch.sha256() if candidate.patch else None,
+            status="invalid",
+            invalid_reason=reason,
+            reward=self.config.invalid_reward,
+        )
+
+    def _evaluated(
+        self,
+        candidate: Candidate,
+        hooks: HookSet,
+        specs: list[EpisodeSpec],
+        done: dict[str, Trajectory],
+        base: list[EpisodeOutcome],
+    ) -> CandidateResult:
+        assert candidate.patch is not None
+        sha = candidate.patch.sha256()
+        events: Counter[str] = Counter(getattr(hooks, "events", {}) or {})
+        if any(s.trajectory_id not in done for s in specs):
+            return CandidateResult(
+                candidate_id=candidate.candidate_id,
+                patch_sha256=sha,
+                status="infra_error",
+                invalid_reason="infra: episodes kept failing after retries",
+                sandbox_events=dict(events),
+            )
+        patched = [_outcome(done[s.trajectory_id]) for s in specs]
+        for outcome in patched:
+            events.update(outcome.faults)
+        pairs = [
+            PairedTask(
+                task_id=b.task_id,
+                seed=b.seed,
+                base_success=b.success,
+                patched_success=p.success,
+                base_reward=b.reward,
+                patched_reward=p.reward,
+            )
+            for b, p in zip(base, patched, strict=True)
+        ]
+        n = len(pairs)
+        delta = sum(p.patched_success - p.base_success for p in pairs) / n
+        delta_reward = sum(p.patched_reward - p.base_reward for p in pairs) / n
+        interval = bootstrap_delta_interval(
+            [PairedOutcome(**p.model_dump()) for p in pairs],
+            self.config.bootstrap_samples,
+            0.05,
+            seed=0,
+        )
+        return CandidateResult(
+            candidate_id=candidate.candidate_id,
+            patch_sha256=sha,
+            status="evaluated",
+            pairs=pairs,
+            delta_success=delta,
+            delta_mean_reward=delta_reward,
+            delta_interval=interval,
+            sandbox_events=dict(events),
+            cost=CandidateCost(
+                episodes=n,
+                generated_tokens=sum(p.tokens for p in patched),
+                seconds=round(sum(p.seconds for p in patched), 3),
+            ),
+            reward=delta,
+        )

@@ -1,0 +1,146 @@
+"""The promotion gate: a patch is promoted only on evidence, never by default.
+
+Rule: delta success on its own batch > 0, AND no significant regression on a guard set of
+other tasks (paired: same tasks and seeds with and without the patch), with minimum sample
+sizes. Missing or too little data is "inconclusive" and inconclusive is "no".
+
+Tests: McNemar's exact test on the discordant pairs (one-sided, for regression), or a paired
+bootstrap interval of the success delta (regression if the upper bound is below -margin).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PairedOutcome:
+    task_id: str
+    seed: int
+    base_success: bool
+    patched_success: bool
+    base_reward: float
+    patched_reward: float
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    min_batch_tasks: int = 8
+    min_guard_tasks: int = 20
+    alpha: float = 0.05
+    method: Literal["mcnemar", "bootstrap"] = "mcnemar"
+    bootstrap_samples: int = 2000
+    bootstrap_seed: int = 0
+    regression_margin: float = 0.0
+
+
+@dataclass(frozen=True)
+class PairedStats:
+    n: int
+    base_rate: float
+    patched_rate: float
+    improved: int  # base failed, patched succeeded
+    regressed: int  # base succeeded, patched failed
+
+    @property
+    def delta(self) -> float:
+        return self.patched_rate - self.base_rate
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    promote: bool
+    verdict: Literal["promote", "reject", "inconclusive"]
+    reasons: list[str]
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+def paired_stats(pairs: Sequence[PairedOutcome]) -> PairedStats:
+    n = len(pairs)
+    if n == 0:
+        return PairedStats(0, 0.0, 0.0, 0, 0)
+    return PairedStats(
+        n=n,
+        base_rate=sum(p.base_success for p in pairs) / n,
+        patched_rate=sum(p.patched_success for p in pairs) / n,
+        improved=sum(p.patched_success and not p.base_success for p in pairs),
+        regressed=sum(p.base_success and not p.patched_success for p in pairs),
+    )
+
+
+def mcnemar_regression_p(improved: int, regressed: int) -> float:
+    """One-sided exact McNemar: P(at least `regressed` regressions among the discordant pairs
+    if the patch changed nothing (each discordant pair a fair coin))."""
+    discordant = improved + regressed
+    if discordant == 0:
+        return 1.0
+    tail = sum(math.comb(discordant, k) for k in range(regressed, discordant + 1))
+    return tail / 2**discordant
+
+
+def bootstrap_delta_interval(
+    pairs: Sequence[PairedOutcome], samples: int, alpha: float, seed: int
+) -> tuple[float, float]:
+    """Percentile interval of the mean paired success delta (resampling task pairs)."""
+    if not pairs:
+        return (0.0, 0.0)
+    diffs = [int(p.patched_success) - int(p.base_success) for p in pairs]
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(sum(rng.choice(diffs) for _ in range(n)) / n for _ in range(samples))
+    low = means[int((alpha / 2) * (samples - 1))]
+    high = means[int((1 - alpha / 2) * (samples - 1))]
+    return (low, high)
+
+
+def decide(
+    batch: Sequence[PairedOutcome], guard: Sequence[PairedOutcome] | None, config: GateConfig
+) -> GateDecision:
+    reasons: list[str] = []
+    b = paired_stats(batch)
+    numbers: dict[str, float] = {
+        "batch_n": b.n,
+        "batch_delta": b.delta,
+        "batch_base_rate": b.base_rate,
+        "batch_patched_rate": b.patched_rate,
+    }
+    if b.n < config.min_batch_tasks:
+        reasons.append(f"batch has {b.n} paired tasks; the minimum is {config.min_batch_tasks}")
+        return GateDecision(False, "inconclusive", reasons, numbers)
+    if b.delta <= 0:
+        reasons.append(f"no gain on the batch (delta {b.delta:+.3f})")
+        return GateDecision(False, "reject", reasons, numbers)
+    reasons.append(f"batch delta {b.delta:+.3f} over {b.n} tasks")
+    g = paired_stats(guard or [])
+    numbers.update(
+        guard_n=g.n,
+        guard_delta=g.delta,
+        guard_improved=g.improved,
+        guard_regressed=g.regressed,
+    )
+    if g.n < config.min_guard_tasks:
+        reasons.append(f"guard set has {g.n} paired tasks; the minimum is {config.min_guard_tasks}")
+        return GateDecision(False, "inconclusive", reasons, numbers)
+    if config.method == "mcnemar":
+        p = mcnemar_regression_p(g.improved, g.regressed)
+        numbers["guard_regression_p"] = p
+        significant = p < config.alpha and g.regressed > g.improved
+        detail = f"McNemar one-sided p={p:.4f} ({g.regressed} regressed, {g.improved} improved)"
+    else:
+        low, high = bootstrap_delta_interval(
+            guard or [], config.bootstrap_samples, config.alpha, config.bootstrap_seed
+        )
+        numbers.update(guard_delta_low=low, guard_delta_high=high)
+        significant = high < -config.regression_margin
+        detail = (
+            f"bootstrap {1 - config.alpha:.0%} interval of guard delta [{low:+.3f}, {high:+.3f}]"
+        )
+    if significant:
+        reasons.append(f"significant regression on the guard set: {detail}")
+        return GateDecision(False, "reject", reasons, numbers)
+    reasons.append(f"no significant regression on the guard set: {detail}")
+    return GateDecision(True, "promote", reasons, numbers)

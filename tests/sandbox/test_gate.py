@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness_r1.sandbox.gate import (
+    GateConfig,
+    PairedOutcome,
+    bootstrap_delta_interval,
+    decide,
+    mcnemar_regression_p,
+    paired_stats,
+)
+
+
+def pairs(both: int, improved: int, regressed: int, neither: int) -> list[PairedOutcome]:
+    rows = [(True, True)] * both + [(False, True)] * improved
+    rows += [(True, False)] * regressed + [(False, False)] * neither
+    return [
+        PairedOutcome(f"t{i}", i, base, patched, float(base), float(patched))
+        for i, (base, patched) in enumerate(rows)
+    ]
+
+
+def test_mcnemar_hand_computed() -> None:
+    # 0 improved, 5 regressed: P(X >= 5 | n=5, 1/2) = 1/32
+    assert mcnemar_regression_p(0, 5) == pytest.approx(1 / 32)
+    # 1 improved, 6 regressed: P(X >= 6 | n=7) = (C(7,6) + C(7,7)) / 128 = 8/128
+    assert mcnemar_regression_p(1, 6) == pytest.approx(8 / 128)
+    assert mcnemar_regression_p(3, 3) == pytest.approx(
+        sum(math.comb(6, k) for k in range(3, 7)) / 64
+    )
+    assert mcnemar_regression_p(0, 0) == 1.0
+
+
+def test_paired_stats() -> None:
+    s = paired_stats(pairs(2, 3, 1, 4))
+    assert (s.n, s.improved, s.regressed) == (10, 3, 1)
+    assert s.base_rate == pytest.approx(0.3) and s.patched_rate == pytest.approx(0.5)
+    assert s.delta == pytest.approx(0.2)
+
+
+def test_promotes_a_gain_with_a_clean_guard() -> None:
+    decision = decide(
+        pairs(0, 3, 0, 7), pairs(10, 1, 1, 10), GateConfig(min_batch_tasks=8, min_guard_tasks=20)
+    )
+    assert decision.promote and decision.verdict == "promote"
+    assert decision.numbers["batch_delta"] == pytest.approx(0.3)
+    assert any("no significant regression" in r for r in decision.reasons)
+
+
+def test_rejects_no_gain() -> None:
+    decision = decide(pairs(2, 1, 1, 6), pairs(20, 0, 0, 0), GateConfig())
+    assert not decision.promote and decision.verdict == "reject"
+    assert "no gain" in decision.reasons[0]
+
+
+def test_rejects_significant_guard_regression() -> None:
+    decision = decide(pairs(0, 4, 0, 6), pairs(10, 0, 6, 10), GateConfig(min_guard_tasks=20))
+    assert not decision.promote and decision.verdict == "reject"
+    assert decision.numbers["guard_regression_p"] == pytest.approx(1 / 64)
+
+
+def test_small_regression_is_not_significant() -> None:
+    decision = decide(pairs(0, 4, 0, 6), pairs(10, 0, 2, 10), GateConfig(min_guard_tasks=20))
+    assert decision.promote  # p = 1/4: not significant at 0.05
+
+
+@pytest.mark.parametrize("guard", [None, []])
+def test_no_guard_data_is_inconclusive(guard: list[PairedOutcome] | None) -> None:
+    decision = decide(pairs(0, 4, 0, 6), guard, GateConfig())
+    assert not decision.promote and decision.verdict == "inconclusive"
+
+
+def test_too_small_batch_is_inconclusive() -> None:
+    decision = decide(pairs(0, 2, 0, 1), pairs(20, 0, 0, 0), GateConfig(min_batch_tasks=8))
+    assert not decision.promote and decision.verdict == "inconclusive"
+
+
+def test_bootstrap_method() -> None:
+    config = GateConfig(method="bootstrap", min_guard_tasks=20)
+    bad = decide(pairs(0, 4, 0, 6), pairs(5, 0, 12, 5), config)
+    assert not bad.promote and bad.numbers["guard_delta_high"] < 0
+    fine = decide(pairs(0, 4, 0, 6), pairs(20, 1, 1, 0), config)
+    assert fine.promote
+
+
+def test_bootstrap_interval_is_deterministic_and_brackets_the_mean() -> None:
+    data = pairs(5, 6, 2, 7)
+    low, high = bootstrap_delta_interval(data, 1000, 0.05, seed=3)
+    assert (low, high) == bootstrap_delta_interval(data, 1000, 0.05, seed=3)
+    assert low < 0.2 < high
