@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,9 @@ data_app = typer.Typer(
     no_args_is_help=True, help="Benchmark data: what is present, and fetching it."
 )
 app.add_typer(schemas_app, name="schemas")
+patch_app = typer.Typer(no_args_is_help=True, help="Model-written patches: checks.")
 app.add_typer(data_app, name="data")
+app.add_typer(patch_app, name="patch")
 console = Console(stderr=True)
 
 
@@ -54,6 +57,19 @@ def data_fetch(
     settings = _settings()
     root = dest or settings.data or Path("data")
     fetch(env, root, console)
+
+
+@patch_app.command("check")
+def patch_check(
+    file: Path,
+    env: Annotated[str | None, typer.Option(help="Env, when the file does not name one.")] = None,
+) -> None:
+    """Parse and statically check FILE; print a JSON report; exit 1 if rejected, 2 if unreadable."""
+    from harness_r1.sandbox.checks_cli import check_file
+
+    report, code = check_file(file, env)
+    typer.echo(json.dumps(report, indent=2))
+    raise typer.Exit(code)
 
 
 @app.command("eval")

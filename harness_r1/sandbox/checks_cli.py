@@ -1,4 +1,5 @@
-"""`harness-r1 patch check FILE`: parse a file (engineer output or a bare patch JSON), run the
+"""`harness-r1 patch check FILE`: parse a file (engineer output, a bare patch JSON, or the
+sectioned `.patch` format), run the
 static checks and report. Exit codes: 0 accepted, 1 rejected by the static checks,
 2 unreadable or unparseable (including `too_large`)."""
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_r1.sandbox.parse import MAX_INPUT_CHARS, parse_engineer_output
+from harness_r1.sandbox.patchfile import PatchFileError, parse_sectioned
 from harness_r1.sandbox.static import StaticLimits, check_patch
 
 EXIT_OK = 0
@@ -33,12 +35,19 @@ def check_file(
         report["error"] = {"code": "unreadable", "message": f"{type(err).__name__}: {err}"}
         return report, EXIT_UNREADABLE
     report["stage"] = "parse"
-    parsed = parse_engineer_output(text, env)
-    report["parse"] = parsed.to_dict()
-    if parsed.patch is None:
-        report["error"] = {"code": str(parsed.code), "message": parsed.message}
-        return report, EXIT_UNREADABLE
-    patch = parsed.patch
+    if path.suffix == ".patch":
+        try:
+            patch = parse_sectioned(text, str(path))
+        except (PatchFileError, ValueError) as err:
+            report["error"] = {"code": "invalid_patch", "message": str(err)}
+            return report, EXIT_UNREADABLE
+    else:
+        parsed = parse_engineer_output(text, env)
+        report["parse"] = parsed.to_dict()
+        if parsed.patch is None:
+            report["error"] = {"code": str(parsed.code), "message": parsed.message}
+            return report, EXIT_UNREADABLE
+        patch = parsed.patch
     report["stage"] = "static"
     report["patch"] = {
         "env": patch.env,

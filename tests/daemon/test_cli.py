@@ -71,3 +71,22 @@ def test_eval_writes_trajectories_and_prints_rates(tmp_path: Path) -> None:
     assert {t.task.task_id for t in trajectories} == {"dev-000", "dev-030"}
     assert all(t.outcome.steps == 1 for t in trajectories)
     assert "95% interval" in result.output and "dbbench" in result.output
+
+
+def test_patch_check_accepts_reference_patches_and_rejects_hostile(tmp_path: Path) -> None:
+    from harness_r1.sandbox.patchfile import REFERENCE_DIR
+
+    for path in sorted(REFERENCE_DIR.glob("*.patch")):
+        result = runner.invoke(app, ["patch", "check", str(path)])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["ok"] is True
+    code = "def hook(ctx, state):\n    return ''.__class__\n"
+    bad = tmp_path / "bad.txt"
+    bad.write_text(json.dumps({"env": "dbbench", "hooks": [{"hook": "pre_action", "code": code}]}))
+    result = runner.invoke(app, ["patch", "check", str(bad)])
+    assert result.exit_code == 1
+    report = json.loads(result.output)
+    assert report["ok"] is False and report["error"]["code"] == "private_attribute"
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_text("no patch here")
+    assert runner.invoke(app, ["patch", "check", str(garbage)]).exit_code == 2
