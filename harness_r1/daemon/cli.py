@@ -110,6 +110,48 @@ def eval_command(
     run_eval(request, settings.data_root(), console)
 
 
+@app.command("canary")
+def canary_command(
+    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
+    split: Annotated[str, typer.Option()],
+    patch: Annotated[list[Path], typer.Option(help="Candidate patch file (repeatable).")],
+    limit: Annotated[int, typer.Option(help="Batch tasks, spread over the split.")] = 20,
+    seed: Annotated[int, typer.Option()] = 0,
+    guard_limit: Annotated[int, typer.Option(help="Guard tasks (others of the split).")] = 0,
+    min_guard: Annotated[int, typer.Option(help="Minimum guard tasks to promote.")] = 20,
+    min_batch: Annotated[int, typer.Option(help="Minimum batch tasks to promote.")] = 8,
+    max_steps: Annotated[int | None, typer.Option()] = None,
+    history_turns: Annotated[int, typer.Option()] = 6,
+    lockstep: Annotated[int, typer.Option()] = 8,
+    max_new_tokens: Annotated[int, typer.Option()] = 96,
+    allow_unisolated: Annotated[
+        bool, typer.Option(help="DEVELOPMENT ONLY: run patches even if isolation is missing.")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
+) -> None:
+    """Measure candidate patches on the frozen target (paired, shared baseline); gate them."""
+    from harness_r1.daemon.canary_command import CanaryRequest, canary_table, run_canary
+    from harness_r1.sandbox.gate import GateConfig
+
+    request = CanaryRequest(
+        env=env,
+        split=split,
+        patches=list(patch),
+        limit=limit,
+        seed=seed,
+        guard_limit=guard_limit,
+        max_steps=max_steps,
+        history_turns=history_turns,
+        lockstep=lockstep,
+        max_new_tokens=max_new_tokens,
+        allow_unisolated=allow_unisolated,
+        out=out,
+        gate=GateConfig(min_batch_tasks=min_batch, min_guard_tasks=min_guard),
+    )
+    report, guard, decisions = run_canary(request, _settings().data_root(), console)
+    Console(width=200).print(canary_table(report, guard, decisions))
+
+
 @app.command("demo")
 def demo(
     limit: Annotated[int, typer.Option(help="Tasks per env.")] = 4,

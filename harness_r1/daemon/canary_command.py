@@ -1,0 +1,162 @@
+"""`harness-r1 canary`: run K candidate patches against the frozen target on a paired batch,
+then apply the promotion gate with a guard set, and print one row per candidate."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from harness_r1.contracts import CanaryReport, CandidateResult, Patch
+from harness_r1.envs import get_suite
+from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness.policies.base import SamplingConfig
+from harness_r1.harness.policies.factory import PolicySpec, build_policy
+from harness_r1.harness.tasks import spread
+from harness_r1.sandbox.canary import CanaryBatch, CanaryConfig, CanaryRunner, Candidate
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.gate import GateConfig, GateDecision, PairedOutcome, decide
+from harness_r1.sandbox.patchfile import PatchFileError, load_patch_file
+from harness_r1.sandbox.static import check_patch
+
+
+@dataclass(frozen=True)
+class CanaryRequest:
+    env: str
+    split: str
+    patches: list[Path]
+    limit: int | None = 20
+    seed: int = 0
+    guard_limit: int = 0
+    max_steps: int | None = None
+    history_turns: int = 6
+    lockstep: int = 8
+    max_new_tokens: int = 96
+    allow_unisolated: bool = False
+    out: Path | None = None
+    gate: GateConfig = field(default_factory=GateConfig)
+
+
+def static_validator(patch: Patch) -> str | None:
+    report = check_patch(patch)
+    if report.ok:
+        return None
+    first = report.violations[0]
+    return f"{first.code}: {first.message}"
+
+
+def load_candidates(paths: list[Path], env: str) -> list[Candidate]:
+    candidates = []
+    for path in paths:
+        try:
+            patch = load_patch_file(path, env=env)
+        except (PatchFileError, OSError, ValueError) as err:
+            candidates.append(Candidate(path.stem, None, f"unparseable: {err}"))
+            continue
+        if patch.env != env:
+            candidates.append(Candidate(path.stem, None, f"env_mismatch: patch is for {patch.env}"))
+            continue
+        candidates.append(Candidate(path.stem, patch))
+    return candidates
+
+
+def _pairs(result: CandidateResult) -> list[PairedOutcome]:
+    return [PairedOutcome(**p.model_dump()) for p in result.pairs]
+
+
+def run_canary(
+    request: CanaryRequest, data_root: Path, console: Console
+) -> tuple[CanaryReport, CanaryReport | None, dict[str, GateDecision]]:
+    suite = get_suite(request.env)
+    all_tasks = suite.load_tasks(data_root, request.split)
+    tasks = spread(all_tasks, request.limit)
+    chosen = {t.task_id for t in tasks}
+    guard_tasks = spread([t for t in all_tasks if t.task_id not in chosen], request.guard_limit)
+    sampling = SamplingConfig(max_new_tokens=request.max_new_tokens)
+    policy = build_policy(PolicySpec(max_batch=request.lockstep, sampling=sampling))
+    config = RunConfig(
+        agent_id="canary",
+        max_steps=request.max_steps,
+        history_turns=request.history_turns,
+        lockstep=request.lockstep,
+    )
+    runtime = HarnessRuntime(suite, policy, data_root, config)
+    sandbox = SandboxConfig(allow_unisolated=request.allow_unisolated)
+
+    def hooks_factory(patch: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
+
+    runner = CanaryRunner(runtime, hooks_factory, static_validator, CanaryConfig())
+    candidates = load_candidates(request.patches, request.env)
+    try:
+        seeds = tuple(request.seed + i for i in range(len(tasks)))
+        console.print(f"canary batch: {len(tasks)} tasks x {len(candidates)} candidates")
+        report = runner.evaluate(CanaryBatch(request.env, tuple(tasks), seeds), candidates)
+        guard = None
+        if guard_tasks:
+            console.print(f"guard set: {len(guard_tasks)} tasks")
+            guard_seeds = tuple(request.seed + 10_000 + i for i in range(len(guard_tasks)))
+            guard_batch = CanaryBatch(request.env, tuple(guard_tasks), guard_seeds)
+            guard = runner.evaluate(guard_batch, candidates)
+    finally:
+        runtime.close()
+    decisions = {}
+    guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
+    for result in report.candidates:
+        guard_result = guard_by_id.get(result.candidate_id)
+        guard_pairs = _pairs(guard_result) if guard_result else None
+        decisions[result.candidate_id] = decide(_pairs(result), guard_pairs, request.gate)
+    if request.out is not None:
+        request.out.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "batch": report.model_dump(mode="json"),
+            "guard": guard.model_dump(mode="json") if guard else None,
+            "gate": {k: vars(v) for k, v in decisions.items()},
+        }
+        request.out.write_text(json.dumps(body, indent=2))
+    return report, guard, decisions
+
+
+def canary_table(
+    report: CanaryReport, guard: CanaryReport | None, decisions: dict[str, GateDecision]
+) -> Table:
+    title = (
+        f"canary on {report.env}: {report.tasks} tasks, baseline success "
+        f"{report.baseline_success_rate:.1%} ({report.target.model_id})"
+    )
+    table = Table(title=title)
+    for column in (
+        "candidate",
+        "status",
+        "delta",
+        "95% interval",
+        "d reward",
+        "guard delta",
+        "events",
+        "episodes",
+        "gate",
+    ):
+        table.add_column(column)
+    guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
+    for result in report.candidates:
+        decision = decisions[result.candidate_id]
+        interval = result.delta_interval
+        guard_result = guard_by_id.get(result.candidate_id)
+        events = sum(v for v in result.sandbox_events.values())
+        table.add_row(
+            result.candidate_id,
+            result.status if result.status != "invalid" else f"invalid ({result.invalid_reason})",
+            f"{result.delta_success:+.3f}" if result.delta_success is not None else "-",
+            f"[{interval[0]:+.2f}, {interval[1]:+.2f}]" if interval else "-",
+            f"{result.delta_mean_reward:+.3f}" if result.delta_mean_reward is not None else "-",
+            f"{guard_result.delta_success:+.3f}"
+            if guard_result and guard_result.delta_success is not None
+            else "-",
+            str(events),
+            str(result.cost.episodes),
+            f"{decision.verdict}: {decision.reasons[-1]}",
+        )
+    return table
