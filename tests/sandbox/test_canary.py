@@ -1,0 +1,191 @@
+"""The canary runner on a tiny in-test env (a test double for a real env's rules), with real
+isolated hook workers running the candidate patches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness_r1.contracts import HookCode, HookName, Patch, TaskSpec
+from harness_r1.envs.base import EnvError, EnvSuite, StepResult
+from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness.policies import ScriptedPolicy
+from harness_r1.sandbox.canary import (
+    BaselineCache,
+    CanaryBatch,
+    CanaryConfig,
+    CanaryRunner,
+    Candidate,
+)
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.static import check_patch
+
+
+class DoorEnv:
+    """`open door` wins on even task numbers; odd tasks are solved by `look` then `open door`.
+    `fail_resets` makes the first N resets raise EnvError (flaky infrastructure)."""
+
+    name = "door"
+    fail_resets = 0
+    always_fail = False
+
+    def __init__(self) -> None:
+        self.done = False
+        self.looked = False
+        self.task = ""
+
+    def reset(self, task: TaskSpec, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        if DoorEnv.always_fail:
+            raise EnvError("engine down")
+        if DoorEnv.fail_resets > 0:
+            DoorEnv.fail_resets -= 1
+            raise EnvError("flaky engine")
+        self.done, self.looked, self.task = False, False, task.task_id
+        return "A room with a door.", {"admissible_actions": ["open door", "look"]}
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            raise EnvError("over")
+        info: dict[str, Any] = {"admissible_actions": ["open door", "look"]}
+        if action == "look":
+            self.looked = True
+            return StepResult("You see a door.", 0.0, False, False, info)
+        if action == "open door":
+            self.done = True
+            won = int(self.task[1:]) % 2 == 0 or self.looked
+            return StepResult("Opened.", float(won), True, False, {**info, "success": won})
+        return StepResult("Nothing happens.", 0.0, False, False, {**info, "invalid_action": True})
+
+    def close(self) -> None:
+        pass
+
+
+class Prompter:
+    def system_prompt(self, task: TaskSpec) -> str:
+        return "Open the door."
+
+    def first_message(self, task: TaskSpec, observation: str, info: dict[str, Any]) -> str:
+        return observation
+
+    def feedback_message(self, observation: str, info: dict[str, Any]) -> str:
+        return observation
+
+    def extract_action(self, raw_output: str, info: dict[str, Any]) -> str:
+        return raw_output.removeprefix("ACTION: ")
+
+
+SUITE = EnvSuite(
+    name="door",
+    splits=("t",),
+    default_max_steps=4,
+    make_env=lambda root: DoorEnv(),
+    load_tasks=lambda root, split: [],
+    prompter=Prompter(),
+    data_files=lambda root: {},
+)
+TASKS = tuple(
+    TaskSpec(env="door", split="t", task_id=f"d{i}", task_type="door", instruction="x", max_steps=4)
+    for i in range(8)
+)
+BATCH = CanaryBatch("door", TASKS, tuple(range(8)))
+
+
+def patch(code: str, hook: HookName = HookName.PRE_ACTION) -> Patch:
+    return Patch(env="door", hooks=[HookCode(hook=hook, code=code)])
+
+
+OPEN = patch("def hook(ctx, state):\n    return {'effect': 'force', 'text': 'open door'}\n")
+LOOK_THEN_OPEN = patch(
+    "def hook(ctx, state):\n"
+    "    if ctx['step'] == 0:\n"
+    "        return {'effect': 'force', 'text': 'look'}\n"
+    "    return {'effect': 'force', 'text': 'open door'}\n"
+)
+RAISING = patch("def hook(ctx, state):\n    return ctx['missing']\n")
+HOSTILE = patch("import os\ndef hook(ctx, state):\n    return None\n")
+
+
+@pytest.fixture(autouse=True)
+def _reset_env_flags() -> None:
+    DoorEnv.fail_resets = 0
+    DoorEnv.always_fail = False
+
+
+def validator(p: Patch) -> str | None:
+    report = check_patch(p)
+    return None if report.ok else f"{report.violations[0].code}: {report.violations[0].message}"
+
+
+def runner(policy: ScriptedPolicy, **config: Any) -> CanaryRunner:
+    runtime = HarnessRuntime(SUITE, policy, Path("."), RunConfig(lockstep=32))
+    sandbox = SandboxConfig()
+
+    def factory(p: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(p, sandbox, overlay_id=candidate_id)
+
+    return CanaryRunner(runtime, factory, validator, CanaryConfig(**config), BaselineCache())
+
+
+def test_paired_deltas_invalid_reward_and_a_shared_batched_baseline() -> None:
+    policy = ScriptedPolicy(["ACTION: dance"])
+    canary = runner(policy, invalid_reward=-0.5)
+    candidates = [
+        Candidate("open", OPEN),
+        Candidate("look-open", LOOK_THEN_OPEN),
+        Candidate("raising", RAISING),
+        Candidate("hostile", HOSTILE),
+    ]
+    report = canary.evaluate(BATCH, candidates)
+    assert report.baseline_success_rate == 0.0 and not report.baseline_cached
+    assert report.baseline_cost.episodes == 8
+    by_id = {c.candidate_id: c for c in report.candidates}
+    assert by_id["open"].delta_success == pytest.approx(0.5)  # even tasks only
+    assert by_id["look-open"].delta_success == pytest.approx(1.0)
+    assert by_id["raising"].delta_success == 0.0
+    assert by_id["raising"].sandbox_events.get("raised", 0) > 0
+    hostile = by_id["hostile"]
+    assert hostile.status == "invalid" and hostile.reward == -0.5
+    assert hostile.invalid_reason is not None and hostile.invalid_reason.startswith(
+        "top_level_statement"
+    )
+    assert [p.task_id for p in by_id["open"].pairs] == [t.task_id for t in TASKS]
+    assert all(p.seed == i for i, p in enumerate(by_id["open"].pairs))
+    assert by_id["look-open"].reward == pytest.approx(1.0)
+    low, high = by_id["open"].delta_interval or (0, 0)
+    assert low <= 0.5 <= high
+    # 4 decision rounds for the baseline; candidates' episodes share batched rounds
+    calls_after_first = policy.calls
+    again = canary.evaluate(BATCH, [Candidate("open2", OPEN)])
+    assert again.baseline_cached and again.baseline_cost.episodes == 0
+    assert again.candidates[0].delta_success == pytest.approx(0.5)
+    assert policy.calls - calls_after_first <= 1  # forced actions: one round, no baseline rerun
+
+
+def test_episodes_cost_n_plus_kn_not_2kn() -> None:
+    canary = runner(ScriptedPolicy(["ACTION: dance"]))
+    report = canary.evaluate(BATCH, [Candidate(f"c{i}", OPEN) for i in range(4)])
+    episodes = report.baseline_cost.episodes + sum(c.cost.episodes for c in report.candidates)
+    assert episodes == 8 + 4 * 8  # naive design: 2 * 4 * 8 = 64
+
+
+def test_flaky_infrastructure_is_retried() -> None:
+    DoorEnv.fail_resets = 3
+    report = runner(ScriptedPolicy(["ACTION: dance"])).evaluate(BATCH, [Candidate("open", OPEN)])
+    assert report.candidates[0].status == "evaluated"
+    assert report.candidates[0].delta_success == pytest.approx(0.5)
+
+
+def test_persistent_infrastructure_failure_is_never_a_reward() -> None:
+    canary = runner(ScriptedPolicy(["ACTION: dance"]))
+    canary.baseline(BATCH)  # baseline cached while the engine works
+    DoorEnv.always_fail = True
+    report = canary.evaluate(BATCH, [Candidate("open", OPEN)])
+    [result] = report.candidates
+    assert result.status == "infra_error" and result.reward is None and result.delta_success is None
+
+
+def test_batch_must_be_consistent() -> None:
+    with pytest.raises(ValueError):
+        CanaryBatch("door", TASKS, (1, 2))
