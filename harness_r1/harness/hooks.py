@@ -25,7 +25,9 @@ class HookCall:
 
     value: Any = None
     state: dict[str, Any] = field(default_factory=dict)
-    fault: str | None = None  # raised | timeout | crashed | junk | violation
+    # raised | timeout | crashed | junk | violation | memory | oversized | invalid |
+    # unisolated_refused | closed (the isolated executor's kinds; in-process: raised only)
+    fault: str | None = None
     detail: str = ""
     seconds: float = 0.0
 
