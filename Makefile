@@ -21,8 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 bench: $(STAMP)
-	$(PY) -m pytest -m slow -s
-	$(PY) benchmarks/run_all.py
+	bash benchmarks/run_all.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check harness_r1 tests

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Deltas of the hand-written reference patches on the frozen SmolLM2-135M (greedy), measured by
+# the canary: same tasks, same seeds, with and without the patch; guard set = other tasks of the
+# split. Step limits and context are cut to fit 2 CPU cores (stated in BENCHMARKS.md).
+set -euo pipefail
+HR=${HR:-.venv/bin/harness-r1}
+P=harness_r1/sandbox/reference_patches
+COMMON="--seed 0 --lockstep 8 --history-turns 3 --max-new-tokens 64 --min-guard 20"
+mkdir -p runs
+$HR canary --env dbbench --split dev --limit 20 --guard-limit 20 --max-steps 8 $COMMON \
+  --patch $P/dbbench_lookup.patch --out runs/ref-dbbench.json
+$HR canary --env webshop --split fixed --limit 20 --guard-limit 20 --max-steps 10 $COMMON \
+  --patch $P/webshop_shopper.patch --out runs/ref-webshop.json
+$HR canary --env alfworld --split valid_seen --limit 20 --guard-limit 20 --max-steps 25 $COMMON \
+  --patch $P/alfworld_explorer.patch --out runs/ref-alfworld.json
