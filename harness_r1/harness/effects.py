@@ -6,7 +6,8 @@ A hook returns a plain JSON-able value. Accepted shapes:
                                        episode_start: skills
 - {"effect": KIND, "text": str}     -> KIND of the hook's allowed effects
   (aliases: "action" / "message" / "hint" may be used as the text key)
-- episode_start: {"skills": str | [str], "state": {..}} (either or both)
+- episode_start: {"skills": str | [str], "state": {..}} (either or both; at most MAX_SKILLS
+  skills of MAX_SKILLS_CHARS in all)
 Anything else (wrong types, effects the hook may not request, oversized text) is junk: the
 call has no effect and the step records a fault. Why so strict: hooks are written by a model
 and the runtime must stay predictable whatever comes back.
@@ -22,6 +23,8 @@ from harness_r1.contracts import ALLOWED_EFFECTS, EffectKind, HookName
 
 MAX_EFFECT_TEXT = 4000
 MAX_STATE_BYTES = 64_000
+MAX_SKILLS = 8
+MAX_SKILLS_CHARS = 8000
 _TEXT_KEYS = ("text", "action", "message", "hint")
 
 
@@ -46,6 +49,10 @@ def _text(value: Any, what: str) -> str:
         raise JunkResult(f"{what} must be a string, got {type(value).__name__}")
     if len(value) > MAX_EFFECT_TEXT:
         raise JunkResult(f"{what} is {len(value)} chars; the limit is {MAX_EFFECT_TEXT}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:  # lone surrogates: the trajectory could not be published
+        raise JunkResult(f"{what} is not valid Unicode text: {err.reason}") from err
     return value
 
 
@@ -105,13 +112,17 @@ def parse_start_effects(value: Any) -> StartEffects:
         raise JunkResult(
             f"episode_start returned {type(value).__name__}; expected None, str or dict"
         )
-    unknown = set(value) - {"skills", "state", "effect"}
+    unknown = set(value) - {"skills", "state"}
     if unknown:
         raise JunkResult(f"episode_start returned unknown keys: {', '.join(sorted(unknown))}")
     skills_value = value.get("skills", [])
     skills_list = [skills_value] if isinstance(skills_value, str) else skills_value
     if not isinstance(skills_list, list):
         raise JunkResult("skills must be a string or a list of strings")
+    if len(skills_list) > MAX_SKILLS:
+        raise JunkResult(f"{len(skills_list)} skills; the limit is {MAX_SKILLS}")
     skills = tuple(_text(s, "skill") for s in skills_list)
+    if sum(len(s) for s in skills) > MAX_SKILLS_CHARS:
+        raise JunkResult(f"skills total over {MAX_SKILLS_CHARS} chars")
     state = check_state(value["state"]) if "state" in value else None
     return StartEffects(skills=skills, state=state)

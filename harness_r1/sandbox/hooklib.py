@@ -189,12 +189,22 @@ def hook_builtins() -> dict[str, Any]:
 
 
 def hook_globals() -> dict[str, Any]:
-    """A fresh globals dict for executing one patch's hook module (one per patch load)."""
+    """A fresh globals dict for executing a hook module: new namespace objects and new helper
+    function objects each time, so nothing one call does to them (past the static filter) can
+    reach a later call. The worker builds one per call."""
+
+    def similarity_(a: str, b: str) -> float:
+        return similarity(a, b)
+
+    def closest_(text: str, options: Iterable[str], cutoff: float = 0.0) -> str | None:
+        return closest(text, options, cutoff)
+
+    similarity_.__doc__, closest_.__doc__ = similarity.__doc__, closest.__doc__
     return {
         "__builtins__": hook_builtins(),
         "__name__": "hook",
         "re": Namespace("re", {name: getattr(re, name) for name in RE_EXPORTS}),
         "math": Namespace("math", {name: getattr(math, name) for name in MATH_EXPORTS}),
-        "similarity": similarity,
-        "closest": closest,
+        "similarity": similarity_,
+        "closest": closest_,
     }

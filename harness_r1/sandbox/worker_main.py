@@ -63,8 +63,6 @@ class Worker:
         self.max_response = int(config.get("max_response_bytes", 256 * 1024))
         self.cpu_per_call = int(config.get("cpu_seconds", 2))
         self.code: dict[str, types.CodeType] = {}
-        # builtins, `re`, `math`, `similarity`, `closest`: the same tables the static checks use
-        self.scope = hooklib.hook_globals()
 
     # --- requests ------------------------------------------------------------------------
 
@@ -128,9 +126,9 @@ class Worker:
         if not isinstance(state, dict) or not isinstance(ctx, dict):
             return {"fault": "junk", "detail": "ctx and state must be objects"}
         self._arm_cpu_limit()
-        # A fresh globals dict per call: nothing a hook keeps at module level outlives the call.
-        namespace = dict(self.scope)
-        namespace["__builtins__"] = dict(self.scope["__builtins__"])
+        # Fresh globals per call (new namespaces, new helper functions, new builtins dict):
+        # nothing a hook keeps or tampers with at module level outlives the call.
+        namespace = hooklib.hook_globals()
         try:
             exec(code, namespace)
             function = namespace.get("hook")
