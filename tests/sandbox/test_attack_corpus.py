@@ -1144,7 +1144,7 @@ def test_namespace_poisoning_stays_inside_its_own_worker(host: Host) -> None:
     host.assert_intact()
 
 
-# -- gaps the corpus found, fixed (kept as regressions) ---------------------------------------------
+# -- gaps the corpus found, now fixed (kept as regression tests) ----------------------------
 
 
 def test_namespace_poisoning_does_not_survive_into_the_next_call(host: Host) -> None:
