@@ -44,6 +44,21 @@ class StartEffects:
     state: dict[str, Any] | None = None
 
 
+#: Chat-template control markers: effect text must not forge turns in the model's prompt.
+CONTROL_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+)
+
+
+def printable(text: str, limit: int = 500) -> str:
+    """A fault detail safe to record: cut, and any text that is not valid Unicode replaced."""
+    return text[:limit].encode("utf-8", "replace").decode("utf-8")
+
+
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise JunkResult(f"{what} must be a string, got {type(value).__name__}")
@@ -53,6 +68,9 @@ def _text(value: Any, what: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as err:  # lone surrogates: the trajectory could not be published
         raise JunkResult(f"{what} is not valid Unicode text: {err.reason}") from err
+    marker = next((m for m in CONTROL_MARKERS if m in value), None)
+    if marker is not None:
+        raise JunkResult(f"{what} contains the chat-template marker {marker}")
     return value
 
 
@@ -61,7 +79,7 @@ def check_state(state: Any) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise JunkResult(f"state must be a dict, got {type(state).__name__}")
     try:
-        size = len(json.dumps(state))
+        size = len(json.dumps(state, allow_nan=False))
     except (TypeError, ValueError) as err:
         raise JunkResult(f"state is not JSON-able: {err}") from err
     if size > MAX_STATE_BYTES:

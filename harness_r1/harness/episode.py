@@ -30,6 +30,7 @@ from harness_r1.harness.effects import (
     check_state,
     parse_start_effects,
     parse_step_effect,
+    printable,
 )
 from harness_r1.harness.hooks import HookSet
 from harness_r1.harness.policies.base import ChatMessage
@@ -67,6 +68,7 @@ class Episode:
     env: Env
     view: EpisodeView
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
     state: dict[str, Any] = field(default_factory=dict)
     messages: list[ChatMessage] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -86,6 +88,7 @@ class Episode:
         return self.outcome is None
 
     def finish(self, success: bool, termination: Termination, error: str | None = None) -> None:
+        self.finished_at = datetime.now(UTC)
         self.outcome = Outcome(
             success=success,
             reward=self.total_reward,
@@ -95,33 +98,37 @@ class Episode:
         )
 
     # -- hook calls: every failure mode becomes a fault, never an exception ------------------
+    # The state a hook returns is committed only when its value is a valid effect too: a call
+    # that is junk in any way has no effect at all.
 
-    def _call(self, hook: HookName, ctx: dict[str, Any], faults: list[HookFault]) -> Any:
+    def _call(
+        self, hook: HookName, ctx: dict[str, Any], faults: list[HookFault]
+    ) -> tuple[Any, dict[str, Any]] | None:
         result = self.spec.hooks.call(hook, ctx, self.state)
         self.hook_seconds += result.seconds
         if result.fault is not None:
-            faults.append(HookFault(hook=hook, reason=result.fault, detail=result.detail[:500]))
-            self.view.counters.hook_faults += 1
+            self._fault(hook, result.fault, result.detail, faults)
             return None
         try:
-            self.state = check_state(result.state)
+            return result.value, check_state(result.state)
         except JunkResult as err:
-            faults.append(HookFault(hook=hook, reason="junk", detail=f"state: {err}"))
-            self.view.counters.hook_faults += 1
+            self._fault(hook, "junk", f"state: {err}", faults)
             return None
-        return result.value
 
     def episode_start(self) -> StartEffects:
         if not self.spec.hooks.has(HookName.EPISODE_START):
             return StartEffects()
-        value = self._call(HookName.EPISODE_START, self.view.ctx(), self.start_faults)
+        called = self._call(HookName.EPISODE_START, self.view.ctx(), self.start_faults)
+        if called is None:
+            return StartEffects()
+        value, state = called
         try:
             effects = parse_start_effects(value)
         except JunkResult as err:
-            self._junk(HookName.EPISODE_START, err, self.start_faults)
+            self._fault(HookName.EPISODE_START, "junk", str(err), self.start_faults)
             return StartEffects()
+        self.state = effects.state if effects.state is not None else state
         if effects.state is not None:
-            self.state = effects.state
             self.start_effects.append(
                 HookEffect(hook=HookName.EPISODE_START, kind=EffectKind.STATE)
             )
@@ -134,13 +141,18 @@ class Episode:
     def step_hook(self, hook: HookName, faults: list[HookFault], **extra: Any) -> Effect | None:
         if not self.spec.hooks.has(hook):
             return None
-        value = self._call(hook, self.view.ctx(**extra), faults)
-        try:
-            return parse_step_effect(hook, value)
-        except JunkResult as err:
-            self._junk(hook, err, faults)
+        called = self._call(hook, self.view.ctx(**extra), faults)
+        if called is None:
             return None
+        value, state = called
+        try:
+            effect = parse_step_effect(hook, value)
+        except JunkResult as err:
+            self._fault(hook, "junk", str(err), faults)
+            return None
+        self.state = state
+        return effect
 
-    def _junk(self, hook: HookName, err: JunkResult, faults: list[HookFault]) -> None:
-        faults.append(HookFault(hook=hook, reason="junk", detail=str(err)[:500]))
+    def _fault(self, hook: HookName, reason: str, detail: str, faults: list[HookFault]) -> None:
+        faults.append(HookFault(hook=hook, reason=reason, detail=printable(detail)))
         self.view.counters.hook_faults += 1

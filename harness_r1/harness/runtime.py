@@ -31,7 +31,7 @@ from harness_r1.contracts import (
     Timings,
     Trajectory,
 )
-from harness_r1.envs.base import INFO_SUCCESS, Env, EnvError, EnvSuite
+from harness_r1.envs.base import INFO_SUCCESS, Env, EnvSuite
 from harness_r1.harness.context import EpisodeView
 from harness_r1.harness.episode import Episode, EpisodeSpec, PendingStep
 from harness_r1.harness.policies.base import ChatMessage, GenerationRequest, Policy
@@ -49,8 +49,20 @@ class RunConfig:
     history_turns: int = 6  # model sees system + first turn + the last N exchanges
     lockstep: int | None = None  # episodes advanced together; None: the policy's max_batch
 
+    def __post_init__(self) -> None:
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(
+                f"max_steps must be >= 1 (or None for the task's own), got {self.max_steps}"
+            )
+        if self.max_vetoes_per_step < 0 or self.history_turns < 0:
+            raise ValueError("max_vetoes_per_step and history_turns must be >= 0")
+        if self.lockstep is not None and self.lockstep < 1:
+            raise ValueError(f"lockstep must be >= 1, got {self.lockstep}")
+
 
 class HarnessRuntime:
+    """Runs episodes of one env with one frozen policy; each episode under its own HookSet."""
+
     def __init__(
         self,
         suite: EnvSuite,
@@ -110,8 +122,8 @@ class HarnessRuntime:
         started = time.perf_counter()
         try:
             observation, info = env.reset(spec.task, seed=spec.seed)
-        except EnvError as err:
-            ep.finish(False, Termination.ERROR, f"reset failed: {err}")
+        except Exception as err:  # noqa: BLE001 - EnvError or an env bug: this episode only
+            ep.finish(False, Termination.ERROR, f"reset failed: {type(err).__name__}: {err}")
             return ep
         finally:
             ep.env_seconds += time.perf_counter() - started
@@ -162,10 +174,8 @@ class HarnessRuntime:
     def _open_step(self, ep: Episode) -> PendingStep:
         pending = PendingStep(observation=ep.view.observation)
         if ep.forced_next is not None:
+            # forced by the previous step's post_feedback (recorded there); no model call
             pending.action, ep.forced_next = ep.forced_next, None
-            pending.effects.append(
-                HookEffect(hook=HookName.POST_FEEDBACK, kind=EffectKind.FORCE, text=pending.action)
-            )
             return pending
         effect = ep.step_hook(HookName.PRE_DECISION, pending.faults)
         if effect is not None:
@@ -182,7 +192,10 @@ class HarnessRuntime:
         pending.model_calls += 1
         ep.view.counters.model_calls += 1
         pending.raw_output = raw_output
-        pending.proposed = self.suite.prompter.extract_action(raw_output, ep.view.info)
+        try:
+            pending.proposed = self.suite.prompter.extract_action(raw_output, ep.view.info)
+        except Exception:  # noqa: BLE001 - a prompter bug must not end the whole group
+            pending.proposed = raw_output.strip()
         effect = ep.step_hook(
             HookName.PRE_ACTION,
             pending.faults,
@@ -192,10 +205,10 @@ class HarnessRuntime:
         if effect is None or effect.kind == EffectKind.ALLOW:
             pending.action = pending.proposed
             return
-        pending.effects.append(
-            HookEffect(hook=HookName.PRE_ACTION, kind=effect.kind, text=effect.text)
-        )
         if effect.kind != EffectKind.VETO:
+            pending.effects.append(
+                HookEffect(hook=HookName.PRE_ACTION, kind=effect.kind, text=effect.text)
+            )
             pending.action = effect.text
             return
         ep.view.counters.vetoes += 1
@@ -206,6 +219,9 @@ class HarnessRuntime:
             pending.action = pending.proposed
             return
         pending.vetoes += 1
+        pending.effects.append(
+            HookEffect(hook=HookName.PRE_ACTION, kind=effect.kind, text=effect.text)
+        )
         pending.retry_turns += [
             {"role": "assistant", "content": raw_output},
             {"role": "user", "content": HARNESS_PREFIX + effect.text},
@@ -218,7 +234,7 @@ class HarnessRuntime:
         started = time.perf_counter()
         try:
             result = ep.env.step(action)
-        except EnvError as err:
+        except Exception as err:  # noqa: BLE001 - EnvError or an env bug: this episode only
             ep.env_seconds += time.perf_counter() - started
             self._record(ep, pending, action, f"environment error: {err}", 0.0)
             ep.finish(False, Termination.ERROR, str(err))
@@ -295,7 +311,7 @@ class HarnessRuntime:
             outcome=ep.outcome,
             timings=Timings(
                 started_at=ep.started_at,
-                finished_at=datetime.now(UTC),
+                finished_at=ep.finished_at or datetime.now(UTC),
                 model_seconds=round(ep.model_seconds, 6),
                 env_seconds=round(ep.env_seconds, 6),
                 hook_seconds=round(ep.hook_seconds, 6),
