@@ -21,6 +21,7 @@ class PairedTask(Contract):
 
 class CandidateCost(Contract):
     episodes: int = 0
+    steps: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
 
@@ -36,7 +37,14 @@ class CandidateResult(Message):
     delta_interval: tuple[float, float] | None = Field(
         default=None, description="Paired bootstrap 95% interval of the success delta."
     )
-    sandbox_events: dict[str, int] = Field(default_factory=dict)
+    sandbox_events: dict[str, int] = Field(
+        default_factory=dict, description="Hook faults by reason plus worker restarts/refusals."
+    )
+    applied_effects: dict[str, int] = Field(
+        default_factory=dict,
+        description="Hook effects applied by kind over the patched episodes (e.g. how many steps "
+        "the patch forced rather than the model deciding).",
+    )
     cost: CandidateCost = Field(default_factory=CandidateCost)
     reward: float | None = Field(
         default=None,

@@ -11,7 +11,7 @@ from harness_r1.contracts.trajectory import TargetRef, Termination
 
 
 class RuntimeSignals(Contract):
-    """Counted symptoms over the selected episodes."""
+    """Counted symptoms over the selected episodes (rules: harness_r1/consumers/signals.py)."""
 
     repeated_actions: int = 0
     invalid_actions: int = 0
@@ -24,9 +24,16 @@ class RuntimeSignals(Contract):
 
 
 class Snippet(Contract):
-    step: int
-    action: str
-    observation: str
+    """One step near an episode's failure point, texts trimmed with a visible cut marker."""
+
+    step: int = Field(description="Step index in the episode (0-based).")
+    action: str = Field(description="The action sent to the environment.")
+    observation: str = Field(description="The environment's answer to that action (feedback).")
+    flags: list[str] = Field(
+        default_factory=list,
+        description="Symptoms of this step: repeated, invalid, nothing_happens, empty_sql_result, "
+        "sql_error, hook_fault.",
+    )
 
 
 class PacketEpisode(Contract):
@@ -41,6 +48,14 @@ class PacketEpisode(Contract):
     termination: Termination
     steps: int
     snippets: list[Snippet]
+    failure_step: int | None = Field(
+        default=None,
+        description="The failure point: first step of the longest streak of repeated/invalid "
+        "actions, or the last step when there is none (None for an episode without steps).",
+    )
+    failure_streak: int = Field(
+        default=0, ge=0, description="Length of that streak (0: no streak, last steps shown)."
+    )
 
 
 class FailurePacket(Message):

@@ -17,7 +17,9 @@ data_app = typer.Typer(
 app.add_typer(schemas_app, name="schemas")
 patch_app = typer.Typer(no_args_is_help=True, help="Model-written patches: checks.")
 app.add_typer(data_app, name="data")
+packet_app = typer.Typer(no_args_is_help=True, help="Failure packets: what the engineer reads.")
 app.add_typer(patch_app, name="patch")
+app.add_typer(packet_app, name="packet")
 console = Console(stderr=True)
 
 
@@ -70,6 +72,28 @@ def patch_check(
     report, code = check_file(file, env)
     typer.echo(json.dumps(report, indent=2))
     raise typer.Exit(code)
+
+
+@packet_app.command("build")
+def packet_build(
+    runs: Path,
+    token_budget: Annotated[int, typer.Option(help="Approximate tokens (chars / 4).")] = 4000,
+    selection: Annotated[str, typer.Option(help="round_robin | lowest_reward")] = "round_robin",
+) -> None:
+    """Build one failure packet per (env, target, harness version) from a trajectories JSONL."""
+    from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
+
+    if selection not in ("round_robin", "lowest_reward"):
+        raise typer.BadParameter("selection must be round_robin or lowest_reward")
+    config = PacketConfig(token_budget=token_budget, selection=selection)  # type: ignore[arg-type]
+    try:
+        packets = build_packet_from_jsonl(runs, config)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"packet build: {err}") from err
+    if not packets:
+        console.print(f"{runs}: no failed episodes, no packet")
+    for packet in packets:
+        typer.echo(packet.to_json_bytes().decode("utf-8"))
 
 
 @app.command("eval")

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import structlog
 
@@ -40,16 +40,14 @@ from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 log = structlog.get_logger(__name__)
 
 
-class ClosableHookSet(HookSet, Protocol):
-    def close(self) -> None: ...
-
-
 HookSetFactory = Callable[[Patch, str], HookSet]
 Validator = Callable[[Patch], str | None]  # None when valid, else "code: message"
 
 
 @dataclass(frozen=True)
 class CanaryBatch:
+    """The paired unit: these tasks with these seeds, run with and without each patch."""
+
     env: str
     tasks: tuple[TaskSpec, ...]
     seeds: tuple[int, ...]
@@ -68,6 +66,8 @@ class CanaryBatch:
 
 @dataclass(frozen=True)
 class Candidate:
+    """One proposal: a parsed patch, or the reason it could not be parsed."""
+
     candidate_id: str
     patch: Patch | None
     invalid_reason: str | None = None  # set when parsing already failed
@@ -78,6 +78,7 @@ class CanaryConfig:
     invalid_reward: float = 0.0
     infra_retries: int = 2
     bootstrap_samples: int = 2000
+    alpha: float = 0.05  # of the reported paired bootstrap interval
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,20 @@ class EpisodeOutcome:
     reward: float
     tokens: int
     seconds: float
+    steps: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    effects: dict[str, int] = field(default_factory=dict)
+
+
+#: Executor counters that say something about the worker rather than one call.
+WORKER_EVENTS = ("restarts", "start_failures", "refused", "unisolated_workers", "recycles")
 
 
 def _outcome(t: Trajectory) -> EpisodeOutcome:
     faults = Counter(f.reason for s in t.steps for f in s.faults)
     faults.update(f.reason for f in t.episode_start_faults)
+    effects = Counter(str(e.kind) for s in t.steps for e in s.effects)
+    effects.update(str(e.kind) for e in t.episode_start_effects)
     timing = t.timings
     return EpisodeOutcome(
         task_id=t.task.task_id,
@@ -102,8 +111,25 @@ def _outcome(t: Trajectory) -> EpisodeOutcome:
         reward=t.outcome.reward,
         tokens=timing.generated_tokens,
         seconds=timing.model_seconds + timing.env_seconds + timing.hook_seconds,
+        steps=t.outcome.steps,
         faults=dict(faults),
+        effects=dict(effects),
     )
+
+
+def _caused_by_patch(t: Trajectory) -> bool:
+    """An env error right after an action the patch chose (rewrite/force) is the patch's doing:
+    it counts as a failed episode, not as infrastructure to retry."""
+    if not t.steps:
+        return False
+    return any(e.kind in ("rewrite", "force") for e in t.steps[-1].effects)
+
+
+def _refused(hooks: HookSet) -> bool:
+    """The executor could not isolate or start the patch: infrastructure, not the patch."""
+    events: dict[str, Any] = getattr(hooks, "events", None) or {}
+    not_isolated = getattr(hooks, "isolated", True) is False
+    return not_isolated or any(events.get(k, 0) for k in ("refused", "start_failures"))
 
 
 class BaselineCache:
@@ -136,6 +162,8 @@ class InfraFailure(RuntimeError):
 
 
 class CanaryRunner:
+    """Evaluates candidate patches against a shared baseline (see the module docstring)."""
+
     def __init__(
         self,
         runtime: HarnessRuntime,
@@ -179,7 +207,8 @@ class CanaryRunner:
                 continue
             retry = []
             for spec, trajectory in zip(pending, trajectories, strict=True):
-                if trajectory.outcome.termination == Termination.ERROR:
+                error = trajectory.outcome.termination == Termination.ERROR
+                if error and not _caused_by_patch(trajectory):
                     retry.append(spec)
                 else:
                     done[spec.trajectory_id] = trajectory
@@ -212,6 +241,9 @@ class CanaryRunner:
     # -- the public entry point ---------------------------------------------------------------
 
     def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
+        ids = [c.candidate_id for c in candidates]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"candidate ids must be unique: {sorted(ids)}")
         started = time.perf_counter()
         base, cached = self.baseline(batch)
         base_seconds = 0.0 if cached else time.perf_counter() - started
@@ -280,18 +312,23 @@ class CanaryRunner:
     ) -> CandidateResult:
         assert candidate.patch is not None
         sha = candidate.patch.sha256()
-        events: Counter[str] = Counter(getattr(hooks, "events", {}) or {})
-        if any(s.trajectory_id not in done for s in specs):
+        worker: dict[str, int] = getattr(hooks, "events", None) or {}
+        events: Counter[str] = Counter({k: worker[k] for k in WORKER_EVENTS if worker.get(k)})
+        missing = any(s.trajectory_id not in done for s in specs)
+        if missing or _refused(hooks):
+            reason = "episodes kept failing after retries" if missing else "isolation refused"
             return CandidateResult(
                 candidate_id=candidate.candidate_id,
                 patch_sha256=sha,
                 status="infra_error",
-                invalid_reason="infra: episodes kept failing after retries",
+                invalid_reason=f"infra: {reason}",
                 sandbox_events=dict(events),
             )
         patched = [_outcome(done[s.trajectory_id]) for s in specs]
+        effects: Counter[str] = Counter()
         for outcome in patched:
             events.update(outcome.faults)
+            effects.update(outcome.effects)
         pairs = [
             PairedTask(
                 task_id=b.task_id,
@@ -309,7 +346,7 @@ class CanaryRunner:
         interval = bootstrap_delta_interval(
             [PairedOutcome(**p.model_dump()) for p in pairs],
             self.config.bootstrap_samples,
-            0.05,
+            self.config.alpha,
             seed=0,
         )
         return CandidateResult(
@@ -321,8 +358,10 @@ class CanaryRunner:
             delta_mean_reward=delta_reward,
             delta_interval=interval,
             sandbox_events=dict(events),
+            applied_effects=dict(effects),
             cost=CandidateCost(
                 episodes=n,
+                steps=sum(p.steps for p in patched),
                 generated_tokens=sum(p.tokens for p in patched),
                 seconds=round(sum(p.seconds for p in patched), 3),
             ),

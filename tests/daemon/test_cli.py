@@ -90,3 +90,52 @@ def test_patch_check_accepts_reference_patches_and_rejects_hostile(tmp_path: Pat
     garbage = tmp_path / "garbage.txt"
     garbage.write_text("no patch here")
     assert runner.invoke(app, ["patch", "check", str(garbage)]).exit_code == 2
+
+
+def test_packet_build_prints_one_packet_per_group(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from harness_r1.contracts import FailurePacket, Outcome, Step, TargetRef, TaskRef, Timings
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = []
+    for i, success in enumerate([False, False, True]):
+        rows.append(
+            Trajectory(
+                trajectory_id=f"traj-{i}",
+                agent_id="a",
+                target=TargetRef(model_id="m"),
+                harness_version="base",
+                task=TaskRef(
+                    env="dbbench",
+                    split="dev",
+                    task_id=f"dev-00{i}",
+                    task_type="INSERT",
+                    instruction="insert it",
+                    seed=i,
+                ),
+                steps=[
+                    Step(
+                        index=0,
+                        observation="q",
+                        raw_output="x",
+                        action="x",
+                        feedback="Invalid action",
+                    )
+                ],
+                outcome=Outcome(
+                    success=success, reward=float(success), termination="failure", steps=1
+                ),
+                timings=Timings(started_at=now, finished_at=now),
+            ).model_dump_json()
+        )
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(rows) + "\n")
+    result = runner.invoke(app, ["packet", "build", str(runs)])
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("{")]
+    packet = FailurePacket.model_validate_json(line)
+    assert len(packet.episodes) == 2 and "dev-00" not in line and "traj-" not in line
+    runs.write_text("not json\n")
+    bad = runner.invoke(app, ["packet", "build", str(runs)])
+    assert bad.exit_code != 0 and ":1:" in str(bad.exception)

@@ -11,7 +11,8 @@ ChatMessage = dict[str, str]  # {"role": "system" | "user" | "assistant", "conte
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """temperature 0 means greedy; otherwise sampling seeded per request."""
+    """temperature 0 means greedy; otherwise sampling, seeded from the requests' seeds (how
+    exactly is the backend's business: see each backend's docstring)."""
 
     temperature: float = 0.0
     top_p: float = 1.0

