@@ -7,6 +7,10 @@ oversized response) kills the worker's whole process group, is counted in `event
 has no effect: the state handed in comes back unchanged. A fresh worker is started lazily on
 the next call (with the hooks loaded again).
 
+Static checks first: the constructor runs the static checks on the patch and, if they reject
+it, never starts a worker (every call: fault `invalid`). Only `from_sources` (tests and
+diagnostics of the worker itself) skips them, explicitly.
+
 Fail closed: the worker reports which isolation layers it applied (see `isolation`). If any
 required layer is missing and `SandboxConfig.allow_unisolated` is False, the worker is killed,
 `isolated` is False, a loud log line says why, and every call returns `unisolated_refused`.
@@ -75,7 +79,7 @@ FAULTS = tuple(FAULT_COUNTERS)
 class SandboxConfig:
     """How hook workers are isolated and budgeted."""
 
-    call_budget_s: float = 0.25  # wall clock per call, round trip included
+    call_budget_s: float = 0.5  # wall clock per call, round trip included (load-tolerant)
     start_budget_s: float = 10.0  # interpreter start + isolation + hello
     load_budget_s: float = 2.0  # compiling the hooks
     memory_mb: int = 512  # RLIMIT_AS
@@ -147,8 +151,18 @@ class IsolatedHooks:
         *,
         overlay_id: str | None = None,
         start: bool = True,
+        static_checks: bool = True,
     ) -> None:
         self.overlay_id = overlay_id or f"patch-{patch.sha256()[:16]}"
+        self.static_rejection: str | None = None
+        if static_checks:
+            from harness_r1.sandbox.static import check_patch
+
+            report = check_patch(patch)
+            if not report.ok:
+                first = report.violations[0]
+                self.static_rejection = f"{first.code}: {first.message}"
+                start = False
         self.config = config or SandboxConfig()
         self._sources = {str(h.hook): h.code for h in patch.hooks}
         self._hooks = {HookName(h.hook) for h in patch.hooks}
@@ -175,10 +189,13 @@ class IsolatedHooks:
         env: str = "any",
         overlay_id: str | None = None,
         start: bool = True,
+        static_checks: bool = False,
     ) -> IsolatedHooks:
+        """Raw hook sources, by default WITHOUT the static checks: for tests and diagnostics of
+        the worker's own containment. Production code builds IsolatedHooks from a Patch."""
         codes = [HookCode(hook=HookName(name), code=code) for name, code in hooks.items()]
         patch = Patch(env=env, hooks=codes)
-        return cls(patch, config, overlay_id=overlay_id, start=start)
+        return cls(patch, config, overlay_id=overlay_id, start=start, static_checks=static_checks)
 
     # --- the HookSet protocol -------------------------------------------------------------
 
@@ -202,6 +219,10 @@ class IsolatedHooks:
         started = time.perf_counter()
         with self._lock:
             self.events["calls"] += 1
+            if self.static_rejection is not None:
+                self.events["invalid"] += 1
+                detail = f"rejected by the static checks: {self.static_rejection}"
+                return HookCall(state=state, fault="invalid", detail=detail)
             try:
                 value, new_state = self._call_locked(str(hook), ctx, state)
             except _Fault as fault:

@@ -841,7 +841,10 @@ def host() -> Iterator[Host]:
     with IsolatedHooks.from_sources({PRE_DECISION: FINGERPRINT}) as probe:
         if not probe.isolated:
             failed = probe.report.failed if probe.report else "no report"
-            pytest.skip(f"isolation unavailable on this host: {failed}")
+            message = f"isolation unavailable on this host: {failed}"
+            if os.environ.get("HARNESS_R1_ALLOW_NO_ISOLATION") == "1":
+                pytest.skip(message + " (HARNESS_R1_ALLOW_NO_ISOLATION=1)")
+            pytest.fail(message + "; set HARNESS_R1_ALLOW_NO_ISOLATION=1 to skip knowingly")
     root = Path(tempfile.mkdtemp(prefix="hr1-corpus-"))
     try:
         root.chmod(0o777)  # file permissions would let the worker's uid write here: Landlock won't

@@ -40,7 +40,10 @@ def host_isolation() -> Iterator[None]:
     with hooks(TRIVIAL) as probe:
         if not probe.isolated:
             failed = probe.report.failed if probe.report else "no report"
-            pytest.skip(f"isolation unavailable on this host: {failed}")
+            message = f"isolation unavailable on this host: {failed}"
+            if os.environ.get("HARNESS_R1_ALLOW_NO_ISOLATION") == "1":
+                pytest.skip(message + " (HARNESS_R1_ALLOW_NO_ISOLATION=1)")
+            pytest.fail(message + "; set HARNESS_R1_ALLOW_NO_ISOLATION=1 to skip knowingly")
     yield
 
 
@@ -345,3 +348,21 @@ def test_allow_unisolated_runs_anyway_and_says_so() -> None:
         assert not hs.isolated and hs.events["unisolated_workers"] == 1
         result = hs.call("pre_action", {"action": " a "}, {})  # type: ignore[arg-type]
         assert result.fault is None and result.value == {"effect": "rewrite", "text": "a"}
+
+
+def test_a_patch_the_static_checks_reject_never_reaches_a_worker() -> None:
+    from harness_r1.contracts import HookCode, HookName, Patch
+
+    bad = Patch(
+        env="any",
+        hooks=[
+            HookCode(
+                hook=HookName.PRE_ACTION, code="import os\ndef hook(ctx, state):\n    return None\n"
+            )
+        ],
+    )
+    with IsolatedHooks(bad, SandboxConfig()) as hs:
+        result = hs.call(HookName.PRE_ACTION, {}, {"k": 1})
+        assert result.fault == "invalid" and "static checks" in result.detail
+        assert result.state == {"k": 1} and hs.worker_pid is None
+        assert hs.events["invalid"] == 1 and hs.events["starts"] == 0
