@@ -16,9 +16,21 @@ from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import CanaryBatch, CanaryConfig, CanaryRunner, Candidate
+from harness_r1.sandbox.canary import (
+    WORKER_EVENTS,
+    CanaryBatch,
+    CanaryConfig,
+    CanaryRunner,
+    Candidate,
+)
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
-from harness_r1.sandbox.gate import GateConfig, GateDecision, PairedOutcome, decide
+from harness_r1.sandbox.gate import (
+    GateConfig,
+    GateDecision,
+    PairedOutcome,
+    decide,
+    reject_unevaluated,
+)
 from harness_r1.sandbox.patchfile import PatchFileError, load_patch_file
 from harness_r1.sandbox.static import check_patch
 
@@ -48,18 +60,29 @@ def static_validator(patch: Patch) -> str | None:
     return f"{first.code}: {first.message}"
 
 
+def _unique_ids(paths: list[Path]) -> list[str]:
+    """File stems, made unique (a/x.patch and b/x.patch become x and x-2)."""
+    seen: dict[str, int] = {}
+    ids = []
+    for path in paths:
+        seen[path.stem] = seen.get(path.stem, 0) + 1
+        ids.append(path.stem if seen[path.stem] == 1 else f"{path.stem}-{seen[path.stem]}")
+    return ids
+
+
 def load_candidates(paths: list[Path], env: str) -> list[Candidate]:
     candidates = []
-    for path in paths:
+    for path, candidate_id in zip(paths, _unique_ids(paths), strict=True):
         try:
             patch = load_patch_file(path, env=env)
         except (PatchFileError, OSError, ValueError) as err:
-            candidates.append(Candidate(path.stem, None, f"unparseable: {err}"))
+            candidates.append(Candidate(candidate_id, None, f"unparseable: {err}"))
             continue
         if patch.env != env:
-            candidates.append(Candidate(path.stem, None, f"env_mismatch: patch is for {patch.env}"))
+            reason = f"env_mismatch: patch is for {patch.env}"
+            candidates.append(Candidate(candidate_id, None, reason))
             continue
-        candidates.append(Candidate(path.stem, patch))
+        candidates.append(Candidate(candidate_id, patch))
     return candidates
 
 
@@ -106,6 +129,10 @@ def run_canary(
     decisions = {}
     guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
     for result in report.candidates:
+        if result.status != "evaluated":
+            reason = f"{result.status}: {result.invalid_reason}"
+            decisions[result.candidate_id] = reject_unevaluated(reason)
+            continue
         guard_result = guard_by_id.get(result.candidate_id)
         guard_pairs = _pairs(guard_result) if guard_result else None
         decisions[result.candidate_id] = decide(_pairs(result), guard_pairs, request.gate)
@@ -145,7 +172,9 @@ def canary_table(
         decision = decisions[result.candidate_id]
         interval = result.delta_interval
         guard_result = guard_by_id.get(result.candidate_id)
-        events = sum(v for v in result.sandbox_events.values())
+        faults = sum(v for k, v in result.sandbox_events.items() if k not in WORKER_EVENTS)
+        forced = result.applied_effects.get("force", 0) + result.applied_effects.get("rewrite", 0)
+        forced_text = f"{forced}/{result.cost.steps}" if result.cost.steps else "-"
         table.add_row(
             result.candidate_id,
             result.status if result.status != "invalid" else f"invalid ({result.invalid_reason})",
@@ -155,7 +184,8 @@ def canary_table(
             f"{guard_result.delta_success:+.3f}"
             if guard_result and guard_result.delta_success is not None
             else "-",
-            str(events),
+            str(faults),
+            forced_text,
             str(result.cost.episodes),
             f"{decision.verdict}: {decision.reasons[-1]}",
         )

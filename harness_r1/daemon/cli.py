@@ -144,6 +144,8 @@ def canary_command(
     guard_limit: Annotated[int, typer.Option(help="Guard tasks (others of the split).")] = 0,
     min_guard: Annotated[int, typer.Option(help="Minimum guard tasks to promote.")] = 20,
     min_batch: Annotated[int, typer.Option(help="Minimum batch tasks to promote.")] = 8,
+    alpha: Annotated[float, typer.Option(help="Level of the guard regression test.")] = 0.05,
+    method: Annotated[str, typer.Option(help="mcnemar | bootstrap")] = "mcnemar",
     max_steps: Annotated[int | None, typer.Option()] = None,
     history_turns: Annotated[int, typer.Option()] = 6,
     lockstep: Annotated[int, typer.Option()] = 8,
@@ -170,7 +172,12 @@ def canary_command(
         max_new_tokens=max_new_tokens,
         allow_unisolated=allow_unisolated,
         out=out,
-        gate=GateConfig(min_batch_tasks=min_batch, min_guard_tasks=min_guard),
+        gate=GateConfig(
+            min_batch_tasks=min_batch,
+            min_guard_tasks=min_guard,
+            alpha=alpha,
+            method=method,  # type: ignore[arg-type]  # validated by GateConfig
+        ),
     )
     report, guard, decisions = run_canary(request, _settings().data_root(), console)
     Console(width=200).print(canary_table(report, guard, decisions))

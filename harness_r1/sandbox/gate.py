@@ -29,6 +29,9 @@ class PairedOutcome:
 
 @dataclass(frozen=True)
 class GateConfig:
+    """Minimum sample sizes, the test and its level; `regression_margin` is the guard delta
+    (a negative number's size) the bootstrap rule tolerates."""
+
     min_batch_tasks: int = 8
     min_guard_tasks: int = 20
     alpha: float = 0.05
@@ -36,6 +39,14 @@ class GateConfig:
     bootstrap_samples: int = 2000
     bootstrap_seed: int = 0
     regression_margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.min_batch_tasks < 1 or self.min_guard_tasks < 0 or self.bootstrap_samples < 100:
+            raise ValueError("min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples >= 100")
+        if self.method not in ("mcnemar", "bootstrap"):
+            raise ValueError(f"method must be mcnemar or bootstrap, got {self.method!r}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class GateDecision:
 
 
 def paired_stats(pairs: Sequence[PairedOutcome]) -> PairedStats:
+    """Rates and discordant counts of a paired sample."""
     n = len(pairs)
     if n == 0:
         return PairedStats(0, 0.0, 0.0, 0, 0)
@@ -85,7 +97,8 @@ def mcnemar_regression_p(improved: int, regressed: int) -> float:
 def bootstrap_delta_interval(
     pairs: Sequence[PairedOutcome], samples: int, alpha: float, seed: int
 ) -> tuple[float, float]:
-    """Percentile interval of the mean paired success delta (resampling task pairs)."""
+    """Two-sided (1 - alpha) percentile interval of the mean paired success delta
+    (resampling task pairs)."""
     if not pairs:
         return (0.0, 0.0)
     diffs = [int(p.patched_success) - int(p.base_success) for p in pairs]
@@ -97,9 +110,18 @@ def bootstrap_delta_interval(
     return (low, high)
 
 
+def reject_unevaluated(reason: str) -> GateDecision:
+    """An invalid or unevaluated candidate: rejected, with the reason it could not be measured."""
+    return GateDecision(False, "reject", [reason])
+
+
 def decide(
     batch: Sequence[PairedOutcome], guard: Sequence[PairedOutcome] | None, config: GateConfig
 ) -> GateDecision:
+    """Promote only on a batch gain with no significant guard regression (module docstring).
+
+    Known limit, stated not hidden: picking the best of K candidates on the same batch is not
+    corrected for; the guard set (other tasks) is what protects against promoting noise."""
     reasons: list[str] = []
     b = paired_stats(batch)
     numbers: dict[str, float] = {

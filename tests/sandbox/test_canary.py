@@ -30,6 +30,7 @@ class DoorEnv:
     name = "door"
     fail_resets = 0
     always_fail = False
+    resets = 0  # successful resets, over all instances: the episodes really run
 
     def __init__(self) -> None:
         self.done = False
@@ -42,6 +43,7 @@ class DoorEnv:
         if DoorEnv.fail_resets > 0:
             DoorEnv.fail_resets -= 1
             raise EnvError("flaky engine")
+        DoorEnv.resets += 1
         self.done, self.looked, self.task = False, False, task.task_id
         return "A room with a door.", {"admissible_actions": ["open door", "look"]}
 
@@ -111,6 +113,7 @@ HOSTILE = patch("import os\ndef hook(ctx, state):\n    return None\n")
 def _reset_env_flags() -> None:
     DoorEnv.fail_resets = 0
     DoorEnv.always_fail = False
+    DoorEnv.resets = 0
 
 
 def validator(p: Patch) -> str | None:
@@ -144,7 +147,10 @@ def test_paired_deltas_invalid_reward_and_a_shared_batched_baseline() -> None:
     assert by_id["open"].delta_success == pytest.approx(0.5)  # even tasks only
     assert by_id["look-open"].delta_success == pytest.approx(1.0)
     assert by_id["raising"].delta_success == 0.0
-    assert by_id["raising"].sandbox_events.get("raised", 0) > 0
+    # one pre_action call per step, each raising: exactly one fault per step, counted once
+    raising = by_id["raising"]
+    assert raising.sandbox_events == {"raised": raising.cost.steps}
+    assert by_id["open"].applied_effects == {"force": 8} and by_id["open"].cost.steps == 8
     hostile = by_id["hostile"]
     assert hostile.status == "invalid" and hostile.reward == -0.5
     assert hostile.invalid_reason is not None and hostile.invalid_reason.startswith(
@@ -168,6 +174,7 @@ def test_episodes_cost_n_plus_kn_not_2kn() -> None:
     report = canary.evaluate(BATCH, [Candidate(f"c{i}", OPEN) for i in range(4)])
     episodes = report.baseline_cost.episodes + sum(c.cost.episodes for c in report.candidates)
     assert episodes == 8 + 4 * 8  # naive design: 2 * 4 * 8 = 64
+    assert DoorEnv.resets == 8 + 4 * 8  # counted by the env itself, not by the runner
 
 
 def test_flaky_infrastructure_is_retried() -> None:
@@ -184,6 +191,23 @@ def test_persistent_infrastructure_failure_is_never_a_reward() -> None:
     report = canary.evaluate(BATCH, [Candidate("open", OPEN)])
     [result] = report.candidates
     assert result.status == "infra_error" and result.reward is None and result.delta_success is None
+
+
+def test_refused_isolation_is_infrastructure_not_a_reward() -> None:
+    runtime = HarnessRuntime(SUITE, ScriptedPolicy(["ACTION: dance"]), Path("."), RunConfig())
+
+    def refused(p: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(p, SandboxConfig(fail_layer="landlock"), overlay_id=candidate_id)
+
+    canary = CanaryRunner(runtime, refused, validator)
+    [result] = canary.evaluate(BATCH, [Candidate("open", OPEN)]).candidates
+    assert result.status == "infra_error" and result.reward is None
+    assert result.invalid_reason == "infra: isolation refused"
+
+
+def test_candidate_ids_must_be_unique() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        runner(ScriptedPolicy(["x"])).evaluate(BATCH, [Candidate("a", OPEN), Candidate("a", OPEN)])
 
 
 def test_batch_must_be_consistent() -> None:

@@ -11,6 +11,7 @@ from harness_r1.sandbox.gate import (
     decide,
     mcnemar_regression_p,
     paired_stats,
+    reject_unevaluated,
 )
 
 
@@ -91,3 +92,24 @@ def test_bootstrap_interval_is_deterministic_and_brackets_the_mean() -> None:
     low, high = bootstrap_delta_interval(data, 1000, 0.05, seed=3)
     assert (low, high) == bootstrap_delta_interval(data, 1000, 0.05, seed=3)
     assert low < 0.2 < high
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"alpha": 0.0},
+        {"alpha": 1.5},
+        {"min_batch_tasks": 0},
+        {"bootstrap_samples": 5},
+        {"method": "vibes"},
+    ],
+)
+def test_gate_config_is_validated(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        GateConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_unevaluated_candidates_are_rejected_with_their_reason() -> None:
+    decision = reject_unevaluated("invalid: banned_import")
+    assert not decision.promote and decision.verdict == "reject"
+    assert decision.reasons == ["invalid: banned_import"]
