@@ -35,6 +35,8 @@ def _retryable(err: BaseException) -> bool:
 
 
 class OpenAIChatPolicy:
+    """A frozen target served over HTTP; `max_batch` requests are sent concurrently."""
+
     def __init__(
         self,
         base_url: str,
@@ -47,6 +49,7 @@ class OpenAIChatPolicy:
         timeout_s: float = 60.0,
         attempts: int = 4,
         stop: Sequence[str] | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.model_id = model
         self.version = version
@@ -55,7 +58,10 @@ class OpenAIChatPolicy:
         self.stop = list(stop) if stop else None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), timeout=httpx.Timeout(timeout_s), headers=headers
+            base_url=base_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers,
+            transport=transport,
         )
         self._post = retry(
             retry=retry_if_exception(_retryable),
@@ -87,11 +93,16 @@ class OpenAIChatPolicy:
             text = choice["message"]["content"] or ""
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as err:
             raise PolicyError(f"{self._client.base_url}: chat completion failed: {err}") from err
-        usage = data.get("usage") or {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        # servers that report no usage: a word count stands in (marked in meta)
+        counted = isinstance(completion, int)
         return Generation(
-            text=text.strip(),
-            tokens=int(usage.get("completion_tokens") or len(text.split())),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            text=str(text).strip(),
+            tokens=completion if isinstance(completion, int) else len(str(text).split()),
+            prompt_tokens=prompt if isinstance(prompt, int) else 0,
+            meta={} if counted else {"tokens": "estimated from words"},
         )
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
