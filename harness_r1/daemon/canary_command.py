@@ -49,6 +49,7 @@ class CanaryRequest:
     max_new_tokens: int = 96
     allow_unisolated: bool = False
     out: Path | None = None
+    cache_dir: Path | None = None
     gate: GateConfig = field(default_factory=GateConfig)
 
 
@@ -99,7 +100,9 @@ def run_canary(
     chosen = {t.task_id for t in tasks}
     guard_tasks = spread([t for t in all_tasks if t.task_id not in chosen], request.guard_limit)
     sampling = SamplingConfig(max_new_tokens=request.max_new_tokens)
-    policy = build_policy(PolicySpec(max_batch=request.lockstep, sampling=sampling))
+    policy = build_policy(
+        PolicySpec(max_batch=request.lockstep, sampling=sampling, cache_dir=request.cache_dir)
+    )
     config = RunConfig(
         agent_id="canary",
         max_steps=request.max_steps,

@@ -130,6 +130,7 @@ def eval_command(
         lockstep=lockstep,
         max_new_tokens=max_new_tokens,
         history_turns=history_turns,
+        cache_dir=settings.cache,
     )
     run_eval(request, settings.data_root(), console)
 
@@ -172,6 +173,7 @@ def canary_command(
         max_new_tokens=max_new_tokens,
         allow_unisolated=allow_unisolated,
         out=out,
+        cache_dir=_settings().cache,
         gate=GateConfig(
             min_batch_tasks=min_batch,
             min_guard_tasks=min_guard,

@@ -33,6 +33,7 @@ class EvalRequest:
     lockstep: int = 8
     max_new_tokens: int = 96
     history_turns: int = 6
+    cache_dir: Path | None = None
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -69,6 +70,7 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
             model=request.model,
             max_batch=request.lockstep,
             sampling=sampling,
+            cache_dir=request.cache_dir,
         )
     )
     runtime = HarnessRuntime(

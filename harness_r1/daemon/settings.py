@@ -18,7 +18,8 @@ class Settings(BaseSettings):
         description="Data root with alfworld/, dbbench/, webshop/ (default ../shared/benchmarks).",
     )
     cache: Path = Field(
-        default=Path.home() / ".cache" / "harness-r1", description="Model cache dir."
+        default=Path.home() / ".cache" / "harness-r1",
+        description="Cache of converted model checkpoints (HARNESS_R1_CACHE).",
     )
 
     @field_validator("data")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness_r1.harness.policies.base import Policy, SamplingConfig
 
@@ -18,6 +19,7 @@ class PolicySpec:
     max_batch: int = 8
     sampling: SamplingConfig = SamplingConfig()
     timeout_s: float = 60.0
+    cache_dir: Path | None = None  # converted checkpoints of embedded models
 
 
 def build_policy(spec: PolicySpec) -> Policy:
@@ -39,7 +41,12 @@ def build_policy(spec: PolicySpec) -> Policy:
 
     if spec.kind in EMBEDDED:
         return TransformersPolicy.embedded(
-            spec.kind, sampling=spec.sampling, max_batch=spec.max_batch
+            spec.kind, spec.cache_dir, sampling=spec.sampling, max_batch=spec.max_batch
+        )
+    checkpoint = Path(spec.kind)
+    if (checkpoint / "config.json").is_file():
+        return TransformersPolicy(
+            checkpoint, model_id=checkpoint.name, sampling=spec.sampling, max_batch=spec.max_batch
         )
     raise ValueError(
         f"unknown policy {spec.kind!r}; use one of {', '.join(EMBEDDED)}, 'openai' or a "

@@ -35,7 +35,9 @@ EMBEDDED = {"smollm2": SMOLLM2}
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("HARNESS_R1_CACHE", Path.home() / ".cache" / "harness-r1"))
+    """Where converted checkpoints go when the caller passes no cache dir (the CLI passes the
+    `cache` setting, HARNESS_R1_CACHE)."""
+    return Path.home() / ".cache" / "harness-r1"
 
 
 def locate_gguf(model: EmbeddedModel) -> Path:

