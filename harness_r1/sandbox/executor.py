@@ -40,6 +40,7 @@ import structlog
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.harness.hooks import HookCall
 from harness_r1.sandbox.isolation import IsolationReport, IsolationSettings
+from harness_r1.sandbox.metrics import SandboxMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -152,8 +153,10 @@ class IsolatedHooks:
         overlay_id: str | None = None,
         start: bool = True,
         static_checks: bool = True,
+        metrics: SandboxMetrics | None = None,
     ) -> None:
         self.overlay_id = overlay_id or f"patch-{patch.sha256()[:16]}"
+        self.metrics = metrics
         self.static_rejection: str | None = None
         if static_checks:
             from harness_r1.sandbox.static import check_patch
@@ -308,6 +311,8 @@ class IsolatedHooks:
     def _count_fault(self, kind: str, fault: _Fault) -> None:
         counter = FAULT_COUNTERS.get(kind, kind)
         self.events[counter] = self.events.get(counter, 0) + 1
+        if self.metrics is not None:
+            self.metrics.event(counter)
         log.debug("sandbox.hook_fault", overlay=self.overlay_id, fault=kind, detail=fault.detail)
 
     def _request(self, worker: _Worker, body: dict[str, Any], budget: float) -> dict[str, Any]:
@@ -490,6 +495,9 @@ class IsolatedHooks:
         self.last_start_s = time.perf_counter() - started
         report = IsolationReport.from_dict(hello.get("report") or {})
         worker.report = self.report = report
+        if self.metrics is not None:
+            self.metrics.isolated.set(1 if report.isolated else 0)
+            self.metrics.event("starts")
         if not report.isolated:
             failed = "; ".join(f"{k}: {v}" for k, v in report.failed.items())
             if not cfg.allow_unisolated:

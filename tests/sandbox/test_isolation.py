@@ -366,3 +366,23 @@ def test_a_patch_the_static_checks_reject_never_reaches_a_worker() -> None:
         assert result.fault == "invalid" and "static checks" in result.detail
         assert result.state == {"k": 1} and hs.worker_pid is None
         assert hs.events["invalid"] == 1 and hs.events["starts"] == 0
+
+
+def test_missing_isolation_shows_in_the_metric_and_refuses() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from harness_r1.contracts import HookCode, HookName, Patch
+    from harness_r1.sandbox.metrics import SandboxMetrics
+
+    registry = CollectorRegistry()
+    metrics = SandboxMetrics(registry)
+    ok = Patch(env="any", hooks=[HookCode(hook=HookName.PRE_ACTION, code=TRIVIAL)])
+    ctx = {"action": "look"}
+    with IsolatedHooks(ok, SandboxConfig(), metrics=metrics) as hs:
+        assert hs.call(HookName.PRE_ACTION, ctx, {}).fault is None
+    assert registry.get_sample_value("harness_r1_sandbox_isolated") == 1.0
+    with IsolatedHooks(ok, SandboxConfig(fail_layer="seccomp"), metrics=metrics) as hs:
+        assert hs.call(HookName.PRE_ACTION, ctx, {}).fault == "unisolated_refused"
+    assert registry.get_sample_value("harness_r1_sandbox_isolated") == 0.0
+    refused = registry.get_sample_value("harness_r1_sandbox_events_total", {"kind": "refused"})
+    assert refused is not None and refused >= 1
