@@ -62,3 +62,7 @@ class CanaryReport(Message):
     baseline_success_rate: float
     baseline_cost: CandidateCost
     candidates: list[CandidateResult]
+    control: CandidateResult | None = Field(
+        default=None,
+        description="The batch re-run with no patch among the candidates: pairing noise.",
+    )

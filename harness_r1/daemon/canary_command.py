@@ -48,6 +48,7 @@ class CanaryRequest:
     lockstep: int = 8
     max_new_tokens: int = 96
     allow_unisolated: bool = False
+    control: bool = False
     out: Path | None = None
     cache_dir: Path | None = None
     gate: GateConfig = field(default_factory=GateConfig)
@@ -115,7 +116,9 @@ def run_canary(
     def hooks_factory(patch: Patch, candidate_id: str) -> HookSet:
         return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
 
-    runner = CanaryRunner(runtime, hooks_factory, static_validator, CanaryConfig())
+    runner = CanaryRunner(
+        runtime, hooks_factory, static_validator, CanaryConfig(control=request.control)
+    )
     candidates = load_candidates(request.patches, request.env)
     try:
         seeds = tuple(request.seed + i for i in range(len(tasks)))
@@ -191,5 +194,20 @@ def canary_table(
             forced_text,
             str(result.cost.episodes),
             f"{decision.verdict}: {decision.reasons[-1]}",
+        )
+    if report.control is not None and report.control.delta_success is not None:
+        c = report.control
+        interval = c.delta_interval or (0.0, 0.0)
+        table.add_row(
+            "(control: no patch)",
+            c.status,
+            f"{c.delta_success:+.3f}",
+            f"[{interval[0]:+.2f}, {interval[1]:+.2f}]",
+            f"{c.delta_mean_reward or 0.0:+.3f}",
+            "-",
+            "0",
+            "-",
+            str(c.cost.episodes),
+            "pairing noise",
         )
     return table

@@ -154,6 +154,9 @@ def canary_command(
     allow_unisolated: Annotated[
         bool, typer.Option(help="DEVELOPMENT ONLY: run patches even if isolation is missing.")
     ] = False,
+    control: Annotated[
+        bool, typer.Option(help="Also re-run the batch unpatched: measures pairing noise.")
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them."""
@@ -172,6 +175,7 @@ def canary_command(
         lockstep=lockstep,
         max_new_tokens=max_new_tokens,
         allow_unisolated=allow_unisolated,
+        control=control,
         out=out,
         cache_dir=_settings().cache,
         gate=GateConfig(

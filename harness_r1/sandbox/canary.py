@@ -79,6 +79,12 @@ class CanaryConfig:
     infra_retries: int = 2
     bootstrap_samples: int = 2000
     alpha: float = 0.05  # of the reported paired bootstrap interval
+    # Also run the batch once more with no patch, in the candidates' lockstep groups: its
+    # "delta" measures how much batch composition alone moves outcomes (pairing noise).
+    control: bool = False
+
+
+CONTROL_ID = "control"
 
 
 @dataclass(frozen=True)
@@ -242,8 +248,10 @@ class CanaryRunner:
 
     def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
         ids = [c.candidate_id for c in candidates]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"candidate ids must be unique: {sorted(ids)}")
+        if len(set(ids)) != len(ids) or (self.config.control and CONTROL_ID in ids):
+            raise ValueError(
+                f"candidate ids must be unique (and not {CONTROL_ID!r}): {sorted(ids)}"
+            )
         started = time.perf_counter()
         base, cached = self.baseline(batch)
         base_seconds = 0.0 if cached else time.perf_counter() - started
@@ -262,6 +270,8 @@ class CanaryRunner:
             runnable.append(
                 (candidate, self.hooks_factory(candidate.patch, candidate.candidate_id))
             )
+        if self.config.control:
+            runnable.append((Candidate(CONTROL_ID, None), NoHooks()))
         specs_by_candidate = {
             c.candidate_id: self._specs(
                 batch, hooks, f"canary-{batch.batch_id[:12]}-{c.candidate_id}"
@@ -275,9 +285,14 @@ class CanaryRunner:
                 close = getattr(hooks, "close", None)
                 if callable(close):
                     close()
+        control = None
         for candidate, hooks in runnable:
             specs = specs_by_candidate[candidate.candidate_id]
-            results[candidate.candidate_id] = self._evaluated(candidate, hooks, specs, done, base)
+            result = self._evaluated(candidate, hooks, specs, done, base)
+            if candidate.patch is None:
+                control = result
+            else:
+                results[candidate.candidate_id] = result
         return CanaryReport(
             batch_id=batch.batch_id,
             env=batch.env,
@@ -291,6 +306,7 @@ class CanaryRunner:
                 seconds=round(base_seconds, 3),
             ),
             candidates=[results[c.candidate_id] for c in candidates],
+            control=control,
         )
 
     def _invalid(self, candidate: Candidate, reason: str) -> CandidateResult:
@@ -310,8 +326,7 @@ class CanaryRunner:
         done: dict[str, Trajectory],
         base: list[EpisodeOutcome],
     ) -> CandidateResult:
-        assert candidate.patch is not None
-        sha = candidate.patch.sha256()
+        sha = candidate.patch.sha256() if candidate.patch is not None else None
         worker: dict[str, int] = getattr(hooks, "events", None) or {}
         events: Counter[str] = Counter({k: worker[k] for k in WORKER_EVENTS if worker.get(k)})
         missing = any(s.trajectory_id not in done for s in specs)

@@ -213,3 +213,11 @@ def test_candidate_ids_must_be_unique() -> None:
 def test_batch_must_be_consistent() -> None:
     with pytest.raises(ValueError):
         CanaryBatch("door", TASKS, (1, 2))
+
+
+def test_control_run_measures_pairing_noise() -> None:
+    canary = runner(ScriptedPolicy(["ACTION: dance"]), control=True)
+    report = canary.evaluate(BATCH, [Candidate("open", OPEN)])
+    assert [c.candidate_id for c in report.candidates] == ["open"]
+    assert report.control is not None and report.control.delta_success == 0.0
+    assert report.control.patch_sha256 is None and report.control.cost.episodes == 8
