@@ -1,0 +1,56 @@
+"""The reference patches, run through the real canary path (static checks, isolated worker,
+real envs) with a scripted stand-in for the model (its output is junk, like SmolLM2's usually
+is): each must raise success on real tasks. Their deltas on SmolLM2 itself are in BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness_r1.contracts import Patch
+from harness_r1.daemon.canary_command import static_validator
+from harness_r1.daemon.settings import Settings
+from harness_r1.envs import get_suite
+from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness.policies import ScriptedPolicy
+from harness_r1.harness.tasks import spread
+from harness_r1.sandbox.canary import CanaryBatch, CanaryRunner, Candidate
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.patchfile import reference_patches
+
+pytestmark = pytest.mark.integration
+
+CASES = [
+    # env, split, tasks, step limit, scripted junk output, minimum patched successes
+    ("alfworld", "valid_seen", 6, 30, "THOUGHT: I think. ACTION: think", 4),
+    ("dbbench", "dev", 20, 4, "The answer is 12", 1),
+    ("webshop", "fixed", 10, 8, "Thought: buy. Action: nothing", 2),
+]
+
+
+@pytest.mark.parametrize(("env", "split", "n", "steps", "junk", "minimum"), CASES)
+def test_reference_patch_raises_success(
+    env: str, split: str, n: int, steps: int, junk: str, minimum: int
+) -> None:
+    root = Settings().data_root()
+    suite = get_suite(env)
+    tasks = spread(suite.load_tasks(root, split), n)
+    runtime = HarnessRuntime(suite, ScriptedPolicy([junk]), root, RunConfig(max_steps=steps))
+
+    def factory(patch: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=candidate_id)
+
+    [(name, patch)] = reference_patches(env).items()
+    canary = CanaryRunner(runtime, factory, static_validator)
+    try:
+        report = canary.evaluate(
+            CanaryBatch(env, tuple(tasks), tuple(range(n))), [Candidate(name, patch)]
+        )
+    finally:
+        runtime.close()
+    [result] = report.candidates
+    assert result.status == "evaluated", result.invalid_reason
+    patched = sum(p.patched_success for p in result.pairs)
+    assert report.baseline_success_rate == 0.0
+    assert patched >= minimum, (patched, result.sandbox_events)
+    assert result.delta_success is not None and result.delta_success > 0
+    assert "timeouts" not in result.sandbox_events and "raised" not in result.sandbox_events
