@@ -84,16 +84,46 @@ class HarnessRuntime:
         specs: Sequence[EpisodeSpec],
         on_done: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
-        """Run all episodes, `lockstep` at a time; trajectories come back in input order."""
+        """Run all episodes, up to `lockstep` at a time: a slot whose episode ends takes the
+        next spec at once, so the batch stays full. Trajectories come back in input order;
+        `on_done` sees each as it ends."""
         width = max(1, self.config.lockstep or self.policy.max_batch)
-        out: list[Trajectory] = []
-        for start in range(0, len(specs), width):
-            done = self._run_lockstep(specs[start : start + width])
-            for trajectory in done:
-                if on_done is not None:
-                    on_done(trajectory)
-            out.extend(done)
-        return out
+        queue = list(enumerate(specs))
+        queue.reverse()
+        results: dict[int, Trajectory] = {}
+        slots: list[tuple[int, Episode] | None] = [None] * min(width, len(specs))
+        while queue or any(slots):
+            for slot, held in enumerate(slots):
+                while held is None and queue:
+                    index, spec = queue.pop()
+                    episode = self._start(spec, self._env(slot))
+                    held = (index, episode)
+                    if not episode.active:  # failed at reset: done already
+                        self._deliver(results, index, episode, on_done)
+                        held = None
+                slots[slot] = held
+            active = [held[1] for held in slots if held is not None]
+            if not active:
+                continue
+            self._decide(active)
+            for ep in active:
+                self._act(ep)
+            for slot, held in enumerate(slots):
+                if held is not None and not held[1].active:
+                    self._deliver(results, held[0], held[1], on_done)
+                    slots[slot] = None
+        return [results[i] for i in range(len(specs))]
+
+    def _deliver(
+        self,
+        results: dict[int, Trajectory],
+        index: int,
+        episode: Episode,
+        on_done: Callable[[Trajectory], None] | None,
+    ) -> None:
+        results[index] = self._trajectory(episode)
+        if on_done is not None:
+            on_done(results[index])
 
     def close(self) -> None:
         for env in self._envs:
@@ -106,15 +136,6 @@ class HarnessRuntime:
         while len(self._envs) <= slot:
             self._envs.append(self._env_factory())
         return self._envs[slot]
-
-    def _run_lockstep(self, specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
-        episodes = [self._start(spec, self._env(slot)) for slot, spec in enumerate(specs)]
-        while any(ep.active for ep in episodes):
-            active = [ep for ep in episodes if ep.active]
-            self._decide(active)
-            for ep in active:
-                self._act(ep)
-        return [self._trajectory(ep) for ep in episodes]
 
     def _start(self, spec: EpisodeSpec, env: Env) -> Episode:
         max_steps = self.config.max_steps or spec.task.max_steps

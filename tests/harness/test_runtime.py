@@ -305,3 +305,23 @@ def test_junk_shapes_for_pre_action(bad: Any) -> None:
     trajectory, env = _run(ScriptedPolicy(["ACTION: open door"]), hooks)
     assert env.actions == ["open door"]
     assert trajectory.steps[0].faults[0].reason == "junk"
+
+
+def test_a_finished_slot_takes_the_next_episode_at_once() -> None:
+    def open_at(step: int) -> InProcessHooks:
+        def hook(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+            return {"effect": "force", "text": "open door"} if ctx["step"] == step else None
+
+        return InProcessHooks(f"open-at-{step}", {HookName.PRE_ACTION: hook})
+
+    policy = ScriptedPolicy(["ACTION: look"])
+    envs: list[DoorEnv] = []
+    runtime = _runtime(policy, envs, lockstep=2)
+    done: list[str] = []
+    specs = [EpisodeSpec(task=TASK, seed=i, hooks=open_at(s)) for i, s in enumerate([0, 2, 0])]
+    trajectories = runtime.run(specs, on_done=lambda t: done.append(t.harness_version))
+    assert [t.outcome.steps for t in trajectories] == [1, 3, 1]
+    assert all(t.outcome.success for t in trajectories)
+    # rounds: (A, B) -> A ends, C joins: (B, C) -> C ends: (B) -> 3 batched calls, not 4
+    assert policy.calls == 3 and len(envs) == 2
+    assert done == ["open-at-0", "open-at-0", "open-at-2"]
