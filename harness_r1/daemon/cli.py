@@ -19,7 +19,9 @@ patch_app = typer.Typer(no_args_is_help=True, help="Model-written patches: check
 app.add_typer(data_app, name="data")
 packet_app = typer.Typer(no_args_is_help=True, help="Failure packets: what the engineer reads.")
 app.add_typer(patch_app, name="patch")
+engineer_app = typer.Typer(no_args_is_help=True, help="The harness engineer: patch proposals.")
 app.add_typer(packet_app, name="packet")
+app.add_typer(engineer_app, name="engineer")
 console = Console(stderr=True)
 
 
@@ -94,6 +96,44 @@ def packet_build(
         console.print(f"{runs}: no failed episodes, no packet")
     for packet in packets:
         typer.echo(packet.to_json_bytes().decode("utf-8"))
+
+
+@engineer_app.command("propose")
+def engineer_propose(
+    packet: Path,
+    k: Annotated[int, typer.Option("-k", help="Candidates to sample.")] = 4,
+    backend: Annotated[
+        str, typer.Option(help="smollm2 | openai | vllm | a checkpoint dir | template")
+    ] = "smollm2",
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (openai) or path (vllm).")] = None,
+    adapter: Annotated[
+        Path | None, typer.Option(help="LoRA adapter dir of a trained engineer.")
+    ] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    temperature: Annotated[float, typer.Option()] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option()] = 384,
+) -> None:
+    """Read a packet (JSON, or trajectories JSONL) and print K proposals with their validity."""
+    from harness_r1.trainer.propose import proposals_json, propose_command
+
+    settings = _settings()
+    if backend == "template":
+        from harness_r1.trainer.propose import load_packet
+        from harness_r1.trainer.teacher import TemplateTeacher
+
+        texts = TemplateTeacher().propose(load_packet(packet), k, seed)
+        typer.echo(json.dumps([{"index": i, "text": t} for i, t in enumerate(texts)], indent=2))
+        return
+    from harness_r1.trainer.engineer import EngineerSpec
+
+    spec = EngineerSpec(
+        kind=backend, base_url=base_url, model=model, adapter=adapter, cache_dir=settings.cache
+    )
+    proposals = propose_command(
+        packet, k, spec, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens
+    )
+    typer.echo(proposals_json(proposals))
 
 
 @app.command("eval")

@@ -139,3 +139,45 @@ def test_packet_build_prints_one_packet_per_group(tmp_path: Path) -> None:
     runs.write_text("not json\n")
     bad = runner.invoke(app, ["packet", "build", str(runs)])
     assert bad.exit_code != 0 and ":1:" in str(bad.exception)
+
+
+def test_engineer_propose_with_the_template_teacher(tmp_path: Path) -> None:
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.sandbox.static import check_patch
+
+    packet_file = tmp_path / "packet.json"
+    from harness_r1.contracts import FailurePacket, PacketEpisode, RuntimeSignals, TargetRef
+
+    packet = FailurePacket(
+        packet_id="x" * 64,
+        env="dbbench",
+        target=TargetRef(model_id="m"),
+        harness_version="base",
+        selection="round_robin",
+        token_budget=4000,
+        episodes=[
+            PacketEpisode(
+                masked_task_id="T1",
+                task_type="counting",
+                instruction="How many rows? The name of this table is T, and the headers of this table are A,B.",
+                success=False,
+                reward=0.0,
+                termination="step_limit",
+                steps=3,
+                snippets=[],
+            )
+        ],
+        signals=RuntimeSignals(sql_errors=5, invalid_actions=3),
+        batch_size=1,
+        failures=1,
+    )
+    packet_file.write_bytes(packet.to_json_bytes())
+    result = runner.invoke(
+        app, ["engineer", "propose", str(packet_file), "-k", "3", "--backend", "template"]
+    )
+    assert result.exit_code == 0, result.output
+    proposals = json.loads(result.output)
+    assert len(proposals) == 3
+    for proposal in proposals:
+        parsed = parse_engineer_output(proposal["text"], env="dbbench")
+        assert parsed.patch is not None and check_patch(parsed.patch).ok

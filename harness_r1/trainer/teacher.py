@@ -1,0 +1,431 @@
+"""Teachers for the engineer's cold start: something that writes K candidate patches for a
+failure packet, in the engineer's exact output format `<think>...</think><patch>{json}</patch>`.
+
+`Teacher` is the protocol (an OpenAI-compatible teacher is another implementation, elsewhere).
+`TemplateTeacher` is the offline one: a library of parameterised hook templates
+(`harness_r1/trainer/templates/`), chosen and tuned from the packet's runtime signals.
+
+How the template teacher decides (deterministic for the packet's bytes, k and seed):
+1. Features: the packet's signals as rates in [0, 1] (invalid actions per step, "Nothing
+   happens." per step, SQL errors per episode, step-limit hits per episode, ...; see
+   `templates.base.packet_features`). Each template's score is a weighted sum of them (gated by
+   the share of task kinds it serves, e.g. modification tasks); templates for other envs and
+   templates that score 0 are out.
+2. Proposal 1 is greedy: the best-scoring templates (up to `max_templates`, each at least
+   `min_relative_score` of the best), with parameters steered by the signals (e.g. a lower
+   repeat limit when repeats are frequent).
+3. Proposals 2..K are sampled: the first template among the best five with probability
+   proportional to score squared, the others proportional to score; each parameter is either
+   the steered value or drawn from its range. A combination already proposed is drawn again
+   (up to `attempts` times), so the K proposals differ whenever the library allows it.
+4. One hook per hook point: templates on the same hook are composed (`templates.base.compose`)
+   when all of them are composable (no helpers, at most three); otherwise the later, lower
+   scoring one is not taken. Every patch is checked with the sandbox's static checks before it
+   is returned; a combination that fails them is never proposed.
+5. The think text names the packet's strongest signals and, per template, the signal that
+   chose it; the patch description lists the templates with their parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from harness_r1.contracts import FailurePacket, HookCode, HookName, Patch
+from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.trainer.templates import TEMPLATES, templates_for
+from harness_r1.trainer.templates.base import (
+    Features,
+    RenderContext,
+    Template,
+    compose,
+    packet_features,
+)
+
+__all__ = [
+    "Proposal",
+    "Teacher",
+    "TeacherConfig",
+    "TemplateChoice",
+    "TemplateTeacher",
+    "format_output",
+    "library_table",
+    "templates_in",
+]
+
+HOOK_ORDER: tuple[HookName, ...] = (
+    HookName.EPISODE_START,
+    HookName.PRE_DECISION,
+    HookName.PRE_ACTION,
+    HookName.POST_FEEDBACK,
+)
+
+#: How a feature is named in the think text: (one, many), {n} is its raw count in the packet.
+PHRASES: dict[str, tuple[str, str]] = {
+    "invalid": ("{n} invalid action", "{n} invalid actions"),
+    "nothing": ('{n} "Nothing happens." answer', '{n} "Nothing happens." answers'),
+    "repeated": ("{n} repeated action", "{n} repeated actions"),
+    "loops": ("{n} action loop", "{n} action loops"),
+    "sql_errors": ("{n} SQL error", "{n} SQL errors"),
+    "empty_sql": ("{n} empty SQL result", "{n} empty SQL results"),
+    "step_limit": ("{n} step-limit hit", "{n} step-limit hits"),
+    "wrong_end": (
+        "{n} episode ended by a wrong final action",
+        "{n} episodes ended by a wrong final action",
+    ),
+    "modification": ("{n} INSERT/UPDATE/DELETE task", "{n} INSERT/UPDATE/DELETE tasks"),
+    "query": ("{n} query task", "{n} query tasks"),
+    "prose_answer": ("{n} answer written as prose", "{n} answers written as prose"),
+    "invalid_click": ("{n} invalid click", "{n} invalid clicks"),
+    "hook_faults": ("{n} hook fault", "{n} hook faults"),
+}
+#: Signals named in the think text's first sentence, in this order of preference.
+SUMMARY_SIGNALS: tuple[str, ...] = (
+    "invalid",
+    "nothing",
+    "repeated",
+    "loops",
+    "sql_errors",
+    "empty_sql",
+    "invalid_click",
+    "prose_answer",
+    "step_limit",
+    "wrong_end",
+)
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    """Writes K candidate patches for a packet, each in the engineer's output format."""
+
+    def propose(self, packet: FailurePacket, k: int, seed: int) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class TemplateChoice:
+    """One template with its parameter values (sorted by name, so choices compare equal)."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, name: str, params: Mapping[str, Any] | None = None) -> TemplateChoice:
+        template = TEMPLATES[name]
+        checked = template.check_params(params or {})
+        return cls(name, tuple(sorted(checked.items())))
+
+    @property
+    def template(self) -> Template:
+        return TEMPLATES[self.name]
+
+    def label(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.name}({inner})"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One candidate: the output text and what produced it."""
+
+    text: str
+    patch: Patch
+    think: str
+    choices: tuple[TemplateChoice, ...]
+    scores: tuple[float, ...] = ()
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.choices)
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """max_templates: templates per patch (1-3). max_per_hook: composed templates on one hook.
+    min_relative_score: the greedy proposal takes templates scoring at least this share of the
+    best one. top_first: the sampled proposals' first template comes from the best N.
+    attempts: draws per proposal before a repeated combination is accepted."""
+
+    max_templates: int = 3
+    max_per_hook: int = 3
+    min_relative_score: float = 0.3
+    top_first: int = 5
+    attempts: int = 24
+    limits: StaticLimits = field(default_factory=StaticLimits)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_templates <= 3 or not 1 <= self.max_per_hook <= 3:
+            raise ValueError("max_templates and max_per_hook must be within 1..3")
+        if self.attempts < 1 or self.top_first < 1:
+            raise ValueError("attempts and top_first must be >= 1")
+
+
+def format_output(think: str, patch: Patch) -> str:
+    """The engineer output format: `<think>...</think><patch>{json}</patch>`."""
+    body = {
+        "env": patch.env,
+        "description": patch.description,
+        "hooks": [{"hook": str(h.hook), "code": h.code} for h in patch.hooks],
+    }
+    return f"<think>{think}</think><patch>{json.dumps(body, ensure_ascii=False)}</patch>"
+
+
+def library_table() -> list[dict[str, Any]]:
+    """The template library as rows (name, hook, envs, parameters, weighted signals)."""
+    return [
+        {
+            "name": t.name,
+            "hook": str(t.hook),
+            "envs": sorted(t.envs) or ["any"],
+            "params": [p.describe() for p in t.params],
+            "signals": dict(t.weights),
+            "composable": t.composable,
+            "purpose": t.purpose,
+        }
+        for t in sorted(TEMPLATES.values(), key=lambda t: (str(t.hook), t.name))
+    ]
+
+
+def _rng(packet: FailurePacket, k: int, seed: int) -> random.Random:
+    digest = hashlib.sha256(packet.to_json_bytes() + f"|{k}|{seed}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+class TemplateTeacher:
+    """The offline teacher: signal-driven choice of parameterised hook templates."""
+
+    name = "template"
+
+    def __init__(self, config: TeacherConfig | None = None) -> None:
+        self.config = config or TeacherConfig()
+
+    # -- public ----------------------------------------------------------------------------------
+
+    def propose(self, packet: FailurePacket, k: int, seed: int) -> list[str]:
+        return [p.text for p in self.proposals(packet, k, seed)]
+
+    def rank(self, packet: FailurePacket) -> list[tuple[Template, float]]:
+        """The templates that apply to the packet's env with a positive score, best first."""
+        features = packet_features(packet)
+        scored = [(t, t.score(features)) for t in templates_for(packet.env)]
+        ranked = [(t, s) for t, s in scored if s > 0]
+        return sorted(ranked, key=lambda item: (-item[1], item[0].name))
+
+    def proposals(self, packet: FailurePacket, k: int, seed: int) -> list[Proposal]:
+        """K proposals with their metadata (see the module docstring for the rules)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        features = packet_features(packet)
+        ranked = self.rank(packet)
+        if not ranked:
+            raise ValueError(f"no template applies to env {packet.env!r}")
+        context = RenderContext(
+            env=packet.env, task_types=features.task_types, option_kinds=features.option_kinds
+        )
+        rng = _rng(packet, k, seed)
+        scores = {t.name: s for t, s in ranked}
+        out: list[Proposal] = []
+        seen: set[tuple[TemplateChoice, ...]] = set()
+        for index in range(k):
+            proposal: Proposal | None = None
+            for attempt in range(self.config.attempts):
+                greedy = index == 0 and attempt == 0
+                choices = (
+                    self._greedy(ranked, features)
+                    if greedy
+                    else self._sample(ranked, features, rng)
+                )
+                key = tuple(sorted(choices, key=lambda c: c.name))
+                patch = self._patch(packet.env, choices, context)
+                if patch is None:
+                    continue
+                candidate = self._proposal(patch, choices, features, scores)
+                if key not in seen or proposal is None:
+                    proposal = candidate
+                if key not in seen:
+                    break
+            if proposal is None:  # pragma: no cover - every template passes the static checks
+                raise RuntimeError("no combination of templates passed the static checks")
+            seen.add(tuple(sorted(proposal.choices, key=lambda c: c.name)))
+            out.append(proposal)
+        return out
+
+    def render_patch(
+        self,
+        env: str,
+        choices: Sequence[TemplateChoice],
+        context: RenderContext | None = None,
+        description: str | None = None,
+    ) -> Patch:
+        """A patch from explicit template choices (composing same-hook templates); raises
+        ValueError when the result does not pass the static checks."""
+        context = context or RenderContext(env=env)
+        hooks = []
+        for hook in HOOK_ORDER:
+            group = [c for c in choices if c.template.hook == hook]
+            if not group:
+                continue
+            if len(group) == 1:
+                code = group[0].template.render(dict(group[0].params), context)
+            else:
+                if not all(c.template.composable for c in group) or len(group) > 3:
+                    raise ValueError(f"{hook}: these templates cannot be composed")
+                group.sort(key=lambda c: (c.template.order, c.name))
+                rules = [
+                    c.template.render(dict(c.params), context, function=f"rule{i + 1}")
+                    for i, c in enumerate(group)
+                ]
+                code = compose(hook, rules)
+            hooks.append(HookCode(hook=hook, code=code))
+        patch = Patch(
+            env=env,
+            description=description if description is not None else _description(choices),
+            hooks=hooks,
+        )
+        report = check_patch(patch, self.config.limits)
+        if not report.ok:
+            first = report.violations[0]
+            raise ValueError(
+                f"rendered patch fails the static checks: {first.code} {first.message}"
+            )
+        return patch
+
+    # -- choosing --------------------------------------------------------------------------------
+
+    def _fits(self, chosen: Sequence[TemplateChoice], template: Template) -> bool:
+        if any(c.name == template.name for c in chosen):
+            return False
+        same = [c.template for c in chosen if c.template.hook == template.hook]
+        if not same:
+            return True
+        return (
+            template.composable
+            and all(t.composable for t in same)
+            and len(same) < self.config.max_per_hook
+        )
+
+    def _greedy(
+        self, ranked: Sequence[tuple[Template, float]], features: Features
+    ) -> list[TemplateChoice]:
+        by_name = {t.name: t for t, _ in ranked}
+        floor = self.config.min_relative_score * ranked[0][1]
+        queue = [t.name for t, s in ranked if s >= floor]
+        chosen: list[TemplateChoice] = []
+        while queue and len(chosen) < self.config.max_templates:
+            template = by_name[queue.pop(0)]
+            if not self._fits(chosen, template):
+                continue
+            chosen.append(TemplateChoice.of(template.name, template.steered(features)))
+            # a partner that scores at all comes next, even below the greedy floor
+            taken = {c.name for c in chosen}
+            partners = [n for n in template.partners if n in by_name and n not in taken]
+            queue = partners + [n for n in queue if n not in partners]
+        return chosen
+
+    def _sample(
+        self, ranked: Sequence[tuple[Template, float]], features: Features, rng: random.Random
+    ) -> list[TemplateChoice]:
+        size = min(rng.choices((1, 2, 3), weights=(1, 2, 2))[0], self.config.max_templates)
+        top = list(ranked[: self.config.top_first])
+        first = rng.choices(top, weights=[s * s for _, s in top])[0][0]
+        chosen = [TemplateChoice.of(first.name, first.sample(features, rng))]
+        pool = [(t, s) for t, s in ranked if t.name != first.name]
+        while pool and len(chosen) < size:
+            partner = next(
+                (
+                    i
+                    for i, (t, _) in enumerate(pool)
+                    if any(t.name in c.template.partners for c in chosen)
+                ),
+                None,
+            )
+            if partner is not None and rng.random() < 0.5:
+                pick = partner
+            else:
+                pick = rng.choices(range(len(pool)), weights=[s for _, s in pool])[0]
+            template = pool.pop(pick)[0]
+            if self._fits(chosen, template):
+                chosen.append(TemplateChoice.of(template.name, template.sample(features, rng)))
+        return chosen
+
+    def _patch(
+        self, env: str, choices: Sequence[TemplateChoice], context: RenderContext
+    ) -> Patch | None:
+        try:
+            return self.render_patch(env, choices, context)
+        except ValueError:
+            return None
+
+    def _proposal(
+        self,
+        patch: Patch,
+        choices: Sequence[TemplateChoice],
+        features: Features,
+        scores: Mapping[str, float],
+    ) -> Proposal:
+        think = _think(features, choices)
+        return Proposal(
+            text=format_output(think, patch),
+            patch=patch,
+            think=think,
+            choices=tuple(choices),
+            scores=tuple(scores.get(c.name, 0.0) for c in choices),
+        )
+
+
+# -- texts ---------------------------------------------------------------------------------------
+
+
+def _description(choices: Sequence[TemplateChoice]) -> str:
+    names = ", ".join(c.name for c in choices)
+    parts = [f"{c.label()}: {c.template.purpose}." for c in choices]
+    return f"templates: {names}. " + " ".join(parts)
+
+
+def templates_in(description: str) -> list[str]:
+    """The template names a template-teacher description lists (empty for other texts)."""
+    if not description.startswith("templates: "):
+        return []
+    head = description[len("templates: ") :].split(". ", 1)[0]
+    return [n.strip() for n in head.split(",") if n.strip() in TEMPLATES]
+
+
+def _phrase(feature: str, features: Features) -> str:
+    forms = PHRASES.get(feature)
+    if forms is None:
+        return f"the failing {features.env} task types"
+    count = features.counts.get(feature, 0)
+    return forms[0 if count == 1 else 1].replace("{n}", str(count))
+
+
+def _reason(feature: str, features: Features) -> str:
+    if feature not in PHRASES or features.counts.get(feature, 0) == 0:
+        return f"as a general safeguard for {features.env} tasks"
+    return f"because the packet shows {_phrase(feature, features)}"
+
+
+def _think(features: Features, choices: Sequence[TemplateChoice]) -> str:
+    strong = [f for f in SUMMARY_SIGNALS if features.counts.get(f, 0) > 0 and features[f] > 0]
+    strong.sort(key=lambda f: -features[f])
+    types = ", ".join(features.task_types[:4]) or "unknown types"
+    signals = ", ".join(_phrase(f, features) for f in strong[:4]) or "no strong runtime signal"
+    sentences = [
+        f"The packet has {features.episodes} failed {features.env} episode(s) ({types}) "
+        f"with {signals}."
+    ]
+    for choice in choices:
+        template = choice.template
+        parts = template.contributions(features)
+        top = max(sorted(parts), key=lambda f: parts[f]) if parts else "always"
+        sentences.append(
+            f"{choice.name} on {template.hook} is meant to {template.purpose}, "
+            f"{_reason(top, features)}."
+        )
+    tuned = next((c for c in choices if c.params), None)
+    if tuned is not None and len(sentences) < 5:
+        values = ", ".join(f"{k}={v}" for k, v in tuned.params)
+        sentences.append(f"Parameters of {tuned.name}: {values}.")
+    return " ".join(sentences)
