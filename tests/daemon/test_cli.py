@@ -159,7 +159,10 @@ def test_engineer_propose_with_the_template_teacher(tmp_path: Path) -> None:
             PacketEpisode(
                 masked_task_id="T1",
                 task_type="counting",
-                instruction="How many rows? The name of this table is T, and the headers of this table are A,B.",
+                instruction=(
+                    "How many rows? The name of this table is T, and the headers of this "
+                    "table are A,B."
+                ),
                 success=False,
                 reward=0.0,
                 termination="step_limit",
