@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from harness_r1.daemon.train_commands import train_app
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 schemas_app = typer.Typer(no_args_is_help=True, help="JSON Schemas of the message contracts.")
 data_app = typer.Typer(
@@ -22,6 +24,7 @@ app.add_typer(patch_app, name="patch")
 engineer_app = typer.Typer(no_args_is_help=True, help="The harness engineer: patch proposals.")
 app.add_typer(packet_app, name="packet")
 app.add_typer(engineer_app, name="engineer")
+app.add_typer(train_app, name="train")
 console = Console(stderr=True)
 
 

@@ -184,3 +184,16 @@ def test_engineer_propose_with_the_template_teacher(tmp_path: Path) -> None:
     for proposal in proposals:
         parsed = parse_engineer_output(proposal["text"], env="dbbench")
         assert parsed.patch is not None and check_patch(parsed.patch).ok
+
+
+def test_train_commands_are_wired_and_check_their_input(tmp_path: Path) -> None:
+    for command in ("coldstart", "sft", "grpo"):
+        assert runner.invoke(app, ["train", command, "--help"]).exit_code == 0
+    empty = tmp_path / "groups.jsonl"
+    empty.write_text("")
+    result = runner.invoke(app, ["train", "grpo", "--replay", str(empty)])
+    assert result.exit_code != 0 and "no replay groups" in str(result.exception)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    result = runner.invoke(app, ["train", "grpo", "--replay", str(bad)])
+    assert result.exit_code != 0 and ":1: not a replay group" in str(result.exception)

@@ -1,0 +1,108 @@
+"""`harness-r1 train coldstart|sft|grpo`: thin wiring from CLI options to harness_r1.trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+train_app = typer.Typer(no_args_is_help=True, help="Train the harness engineer (SFT, GRPO).")
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from harness_r1.daemon.settings import Settings
+
+    return Settings()
+
+
+@train_app.command("coldstart")
+def coldstart(
+    runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of training-split runs.")],
+    env: Annotated[str, typer.Option()],
+    split: Annotated[str, typer.Option(help="The split the runs came from (train splits).")],
+    out: Annotated[
+        Path, typer.Option(help="Output dir: dataset.jsonl, rejected.jsonl, stats.json")
+    ],
+    k: Annotated[int, typer.Option("-k", help="Teacher proposals per packet.")] = 4,
+    limit_packets: Annotated[int | None, typer.Option()] = None,
+    max_steps: Annotated[int | None, typer.Option()] = None,
+    history_turns: Annotated[int, typer.Option()] = 6,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Teacher proposals kept only when executable and non-regressive on the frozen target."""
+    from harness_r1.trainer.coldstart import coldstart_command
+
+    settings = _settings()
+    stats = coldstart_command(
+        runs,
+        env,
+        split,
+        settings.data_root(),
+        out,
+        k=k,
+        limit_packets=limit_packets,
+        seed=seed,
+        max_steps=max_steps,
+        history_turns=history_turns,
+        cache_dir=settings.cache,
+    )
+    typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
+
+
+@train_app.command("sft")
+def sft(
+    dataset: Annotated[Path, typer.Argument(help="dataset.jsonl from `train coldstart`.")],
+    out: Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")] = Path(
+        "artifacts"
+    ),
+    max_steps: Annotated[int, typer.Option(help="> 0 overrides epochs.")] = -1,
+    epochs: Annotated[float, typer.Option()] = 1.0,
+    learning_rate: Annotated[float, typer.Option()] = 2e-4,
+    batch_size: Annotated[int, typer.Option()] = 4,
+    adapter: Annotated[Path | None, typer.Option(help="Continue from this adapter.")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch threads (1 on busy hosts).")] = None,
+) -> None:
+    """Cold-start SFT (LoRA, completion-only loss); publishes the next engineer version."""
+    from harness_r1.trainer.sft import SftSettings, train_sft
+
+    settings = SftSettings(
+        output_root=out,
+        max_steps=max_steps,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        threads=threads,
+    )
+    result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=_settings().cache)
+    typer.echo(f"published {result.version_dir}")
+
+
+@train_app.command("grpo")
+def grpo(
+    replay: Annotated[Path, typer.Option(help="Replay groups JSONL (the daemon's K + rewards).")],
+    out: Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")] = Path(
+        "artifacts"
+    ),
+    adapter: Annotated[Path | None, typer.Option(help="The engineer version to improve.")] = None,
+    max_steps: Annotated[int, typer.Option()] = 20,
+    num_iterations: Annotated[int, typer.Option(help=">= 2 so the clipped ratio acts.")] = 2,
+    threads: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """GRPO (dapo loss, clipped ratio, beta 0) on groups already evaluated by the canary."""
+    from harness_r1.trainer.grpo import GrpoSettings, load_replay_groups, train_grpo_replay
+
+    groups = load_replay_groups(replay)
+    if not groups:
+        raise SystemExit(f"{replay}: no replay groups")
+    settings = GrpoSettings(
+        output_root=out,
+        max_steps=max_steps,
+        num_generations=len(groups[0].completion_ids),
+        num_iterations=num_iterations,
+        threads=threads,
+    )
+    result = train_grpo_replay(
+        groups, settings=settings, adapter=adapter, cache_dir=_settings().cache
+    )
+    typer.echo(f"published {result.version_dir}")
