@@ -161,17 +161,19 @@ def canary_table(
         f"{report.baseline_success_rate:.1%} ({report.target.model_id})"
     )
     table = Table(title=title)
-    for column in (
+    columns = (
         "candidate",
         "status",
         "delta",
         "95% interval",
         "d reward",
         "guard delta",
-        "events",
+        "hook faults",
+        "forced steps",
         "episodes",
         "gate",
-    ):
+    )
+    for column in columns:
         table.add_column(column)
     guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
     for result in report.candidates:

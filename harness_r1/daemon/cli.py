@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from harness_r1.daemon.train_commands import train_app
 
@@ -235,18 +236,48 @@ def canary_command(
 @app.command("demo")
 def demo(
     limit: Annotated[int, typer.Option(help="Tasks per env.")] = 4,
-    max_steps: Annotated[int, typer.Option()] = 8,
+    max_steps: Annotated[int, typer.Option()] = 12,
 ) -> None:
-    """The embedded default: SmolLM2-135M on real tasks of all three envs, base harness."""
-    from harness_r1.daemon.eval_command import EvalRequest, run_eval
+    """The embedded default, no external services: SmolLM2-135M on real tasks of all three envs,
+    first under the base harness, then with each env's reference patch (paired canary: same
+    tasks and seeds), in the isolated sandbox. Prints success before/after per env."""
+    from harness_r1.daemon.canary_command import CanaryRequest, canary_table, run_canary
+    from harness_r1.sandbox.gate import GateConfig
+    from harness_r1.sandbox.patchfile import REFERENCE_DIR
 
-    root = _settings().data_root()
+    settings = _settings()
+    root = settings.data_root()
+    patches = {
+        "alfworld": "alfworld_explorer",
+        "dbbench": "dbbench_lookup",
+        "webshop": "webshop_shopper",
+    }
     first_split = {"alfworld": "valid_seen", "dbbench": "dev", "webshop": "fixed"}
+    summary = []
     for env, split in first_split.items():
-        request = EvalRequest(
-            env=env, split=split, limit=limit, max_steps=max_steps, lockstep=limit
+        request = CanaryRequest(
+            env=env,
+            split=split,
+            patches=[REFERENCE_DIR / f"{patches[env]}.patch"],
+            limit=limit,
+            max_steps=max_steps,
+            history_turns=3,
+            max_new_tokens=64,
+            lockstep=limit,
+            cache_dir=settings.cache,
+            gate=GateConfig(min_batch_tasks=1, min_guard_tasks=0),
         )
-        run_eval(request, root, console)
+        report, guard, decisions = run_canary(request, root, console)
+        Console(width=200).print(canary_table(report, guard, decisions))
+        [result] = report.candidates
+        after = report.baseline_success_rate + (result.delta_success or 0.0)
+        summary.append((env, report.tasks, report.baseline_success_rate, after))
+    table = Table(title="demo summary: success of the frozen SmolLM2-135M")
+    for column in ("env", "tasks", "base harness", "with reference patch"):
+        table.add_column(column)
+    for env, tasks, before, after in summary:
+        table.add_row(env, str(tasks), f"{before:.0%}", f"{after:.0%}")
+    Console(width=200).print(table)
 
 
 def main() -> None:

@@ -197,3 +197,27 @@ def test_train_commands_are_wired_and_check_their_input(tmp_path: Path) -> None:
     bad.write_text("{}\n")
     result = runner.invoke(app, ["train", "grpo", "--replay", str(bad)])
     assert result.exit_code != 0 and ":1: not a replay group" in str(result.exception)
+
+
+def test_canary_table_has_a_header_per_value() -> None:
+    from harness_r1.contracts import CanaryReport, CandidateResult, TargetRef
+    from harness_r1.daemon.canary_command import canary_table
+    from harness_r1.sandbox.gate import reject_unevaluated
+
+    report = CanaryReport(
+        batch_id="b",
+        env="dbbench",
+        target=TargetRef(model_id="m"),
+        tasks=2,
+        baseline_cached=False,
+        baseline_success_rate=0.0,
+        baseline_cost={"episodes": 2},
+        candidates=[
+            CandidateResult(
+                candidate_id="c", patch_sha256=None, status="invalid", invalid_reason="x"
+            )
+        ],
+    )
+    table = canary_table(report, None, {"c": reject_unevaluated("invalid: x")})
+    assert len(table.columns) == 10
+    assert all(len(column._cells) == 1 for column in table.columns)
