@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Deltas of the hand-written reference patches on the frozen SmolLM2-135M (greedy), measured by
-# the canary: same tasks, same seeds, with and without the patch; guard set = other tasks of the
-# split. Step limits, context and task counts are cut to fit 2 CPU cores (stated in
-# BENCHMARKS.md). ALFWorld: 30 tasks, no guard set (its baseline doubles as the vanilla
-# ALFWorld number; the gate then says "inconclusive", as it must without a guard set).
+# the canary: same tasks, same seeds, with and without the patch, the patch in the isolated
+# worker. Sized to fit one 2-core session: no guard sets (the gate then answers "inconclusive",
+# as it must), short step limits, 3 past exchanges, 64 new tokens. ALFWorld's baseline half
+# doubles as the vanilla ALFWorld number (30 tasks). A fuller run: add --guard-limit 20
+# --control and raise --max-steps.
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 P=harness_r1/sandbox/reference_patches
-COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --min-guard 16"
+COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0"
 mkdir -p runs
-$HR canary --env dbbench --split dev --limit 20 --guard-limit 20 --max-steps 8 --control \
-  --lockstep 8 $COMMON --patch $P/dbbench_lookup.patch --out runs/ref-dbbench.json
-$HR canary --env alfworld --split valid_seen --limit 30 --guard-limit 0 --max-steps 12 \
-  --lockstep 10 $COMMON --patch $P/alfworld_explorer.patch --out runs/ref-alfworld.json
-$HR canary --env webshop --split fixed --limit 16 --guard-limit 16 --max-steps 8 \
-  --lockstep 8 $COMMON --patch $P/webshop_shopper.patch --out runs/ref-webshop.json
+$HR canary --env alfworld --split valid_seen --limit 30 --max-steps 10 $COMMON \
+  --patch $P/alfworld_explorer.patch --out runs/ref-alfworld.json
+$HR canary --env dbbench --split dev --limit 20 --max-steps 6 $COMMON \
+  --patch $P/dbbench_lookup.patch --out runs/ref-dbbench.json
+$HR canary --env webshop --split fixed --limit 10 --max-steps 6 $COMMON \
+  --patch $P/webshop_shopper.patch --out runs/ref-webshop.json

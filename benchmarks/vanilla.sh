@@ -2,7 +2,7 @@
 # Vanilla success of the embedded target (SmolLM2-135M-Instruct, greedy, base harness) on
 # 30 tasks per env, 8 episodes in lockstep. Step limits and context are cut to fit a 2-core
 # CPU budget (history 3 exchanges, 64 new tokens); BENCHMARKS.md states them with the numbers.
-# ALFWorld's vanilla numbers come from the baseline half of its reference-patch canary
+# ALFWorld vanilla numbers come from the baseline half of its reference-patch canary
 # (benchmarks/reference_deltas.sh: the same 30 tasks and seeds), which saves a second pass.
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
