@@ -51,7 +51,15 @@ class ControlCommand(Message):
     issued_at: datetime
     expires_at: datetime
     overlay_id: str | None = Field(
-        default=None, description="rollback --to / pin: the overlay meant."
+        default=None,
+        description="rollback --to / pin: the overlay to run ('base' for none).",
+    )
+    revoke_overlay_id: str | None = Field(
+        default=None,
+        description=(
+            "rollback: the overlay taken back. Clients running it leave it; every client "
+            "refuses it from then on; clients on another overlay stay where they are."
+        ),
     )
     actor: str = Field(description="Who issued it (operator name or live_guard).")
     reason: str = ""

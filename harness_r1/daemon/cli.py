@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness_r1.daemon.overlay_commands import keys_app, overlay_app
 from harness_r1.daemon.train_commands import train_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -26,6 +27,8 @@ engineer_app = typer.Typer(no_args_is_help=True, help="The harness engineer: pat
 app.add_typer(packet_app, name="packet")
 app.add_typer(engineer_app, name="engineer")
 app.add_typer(train_app, name="train")
+app.add_typer(overlay_app, name="overlay")
+app.add_typer(keys_app, name="keys")
 console = Console(stderr=True)
 
 

@@ -1,0 +1,548 @@
+"""Small Kafka helpers shared by the agent-side overlay client (deploy) and the daemon.
+
+Built on kafka-python (3.0.x) with plain bytes in and out: callers own their encoding, so one
+producer carries JSON, signed overlays or anything else, and nothing is decoded twice.
+
+Why the reader is a `BroadcastReader` and not a consumer group: every deployed agent must see
+every overlay announcement (a broadcast, not a work queue), and consumer-group joins are slow on
+the embedded broker (about 23 s on tansu; a consumer closed during its join wedged the group for
+later members, see DESIGN.md "Kafka in tests"). So the reader assigns itself every partition of
+its topics with `assign()`, never joins a group, never commits to Kafka, and hands the caller
+its positions ("topic:partition" -> next offset) to persist wherever the caller keeps state.
+
+Timeouts: kafka-python's blocking calls can wait a long time while a broker is away (seen: 12 s
+with no error), so every client here is built with bounded bootstrap, request, delivery and
+block times taken from `KafkaSettings`, and every wait passes an explicit timeout.
+
+Topics are created explicitly (`ensure_topics`), never on first use: producers and readers are
+built with auto-creation off, so a typo fails loudly instead of creating a topic with the
+broker's default partition count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
+
+DEFAULT_SEND_TIMEOUT_S = 10.0
+DEFAULT_METADATA_INTERVAL_S = 3.0
+PRODUCER_RETRIES = 5
+# Reconnect quickly after a broker restart: kafka-python's default backoff grows to 30 s.
+RECONNECT_BACKOFF_MAX_MS = 1_000
+FETCH_MAX_WAIT_MS = 500  # kafka-python requires request_timeout_ms above this
+TOPIC_EXISTS = 36  # Kafka error code TOPIC_ALREADY_EXISTS
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class KafkaUnavailableError(RuntimeError):
+    """The broker could not be reached within the configured timeouts."""
+
+
+class PublishError(RuntimeError):
+    """A record was not acknowledged by the broker in time (it may still arrive later)."""
+
+
+class TopicSetupError(RuntimeError):
+    """Topics could not be created, or did not show up in the broker's metadata in time."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where the broker is and how long any call may block.
+
+    bootstrap: "host:port[,host:port...]". request_timeout_ms bounds each request and the
+    initial connection; poll_timeout_ms is BroadcastReader.poll's default wait; send_timeout_s
+    bounds a publish (blocking for metadata, retries and the acknowledgement).
+    """
+
+    bootstrap: str
+    client_id: str = "harness-r1"
+    request_timeout_ms: int = 10_000
+    poll_timeout_ms: int = 200
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        servers = self.bootstrap_servers
+        if not servers:
+            raise ValueError(
+                "KafkaSettings.bootstrap is empty: give 'host:port' (several comma-separated), "
+                "e.g. '127.0.0.1:9092' or EmbeddedBroker().bootstrap"
+            )
+        for server in servers:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"KafkaSettings.bootstrap entry {server!r} is not 'host:port' with a port in "
+                    "1..65535, e.g. '127.0.0.1:9092'"
+                )
+        if not self.client_id.strip():
+            raise ValueError("KafkaSettings.client_id is empty: give a name, e.g. 'harness-r1'")
+        if self.request_timeout_ms <= FETCH_MAX_WAIT_MS:
+            raise ValueError(
+                f"KafkaSettings.request_timeout_ms={self.request_timeout_ms} must be above "
+                f"{FETCH_MAX_WAIT_MS} ms (the fetch wait kafka-python uses); 10000 is a good value"
+            )
+        if self.poll_timeout_ms < 0:
+            raise ValueError(
+                f"KafkaSettings.poll_timeout_ms={self.poll_timeout_ms} must be >= 0 (0 = no wait)"
+            )
+        if self.send_timeout_s * 1000 < self.request_timeout_ms:
+            raise ValueError(
+                f"KafkaSettings.send_timeout_s={self.send_timeout_s} must allow at least one "
+                f"request: make it >= request_timeout_ms/1000 = {self.request_timeout_ms / 1000}"
+            )
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        return [part.strip() for part in self.bootstrap.split(",") if part.strip()]
+
+
+def _client_config(settings: KafkaSettings) -> dict[str, Any]:
+    """What every client shares: bounded bootstrap and requests, quick reconnects."""
+    return {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "client_id": settings.client_id,
+        "request_timeout_ms": settings.request_timeout_ms,
+        "bootstrap_timeout_ms": settings.request_timeout_ms,
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+    }
+
+
+def _release_partial(client: Any) -> None:
+    """Close what a kafka-python client started before its constructor failed.
+
+    KafkaConsumer and KafkaAdminClient start an IO thread before they bootstrap; when the
+    bootstrap times out the constructor raises and the thread is left running, one per failed
+    attempt (checked with kafka-python 3.0.12). A reader retrying while the broker is away would
+    pile them up.
+    """
+    inner = getattr(client, "_client", None)
+    if inner is not None:
+        with contextlib.suppress(Exception):
+            inner.close()
+    net = getattr(client, "_net", None)
+    if net is not None:
+        with contextlib.suppress(Exception):
+            net.stop()
+
+
+class _Consumer(KafkaConsumer):  # type: ignore[misc,unused-ignore]
+    def __init__(self, **configs: Any) -> None:
+        try:
+            super().__init__(**configs)
+        except BaseException:
+            _release_partial(self)
+            raise
+
+
+class _Admin(KafkaAdminClient):  # type: ignore[misc,unused-ignore]
+    def __init__(self, **configs: Any) -> None:
+        try:
+            super().__init__(**configs)
+        except BaseException:
+            _release_partial(self)
+            raise
+
+
+def _unavailable(settings: KafkaSettings, what: str, exc: BaseException) -> KafkaUnavailableError:
+    return KafkaUnavailableError(
+        f"{what}: cannot reach Kafka at {settings.bootstrap} within "
+        f"{settings.request_timeout_ms} ms ({type(exc).__name__}: {exc}); is the broker running "
+        "and is bootstrap its advertised address?"
+    )
+
+
+def make_producer(settings: KafkaSettings) -> KafkaProducer:
+    """A producer for bytes keys and values: acks from all in-sync replicas, a few retries, one
+    request in flight (retries cannot reorder), no topic auto-creation (tansu creates topics on
+    produce anyway, with 4 partitions; real Kafka honours the flag).
+
+    Not idempotent, although kafka-python defaults to it: when a broker loses its producer
+    state (seen with tansu's in-memory storage after a restart) an idempotent producer gets
+    UnknownProducerId, then fails InitProducerId and stays broken for good. A retry may thus
+    duplicate a record; readers must tolerate duplicates (at-least-once) anyway.
+
+    Raises KafkaUnavailableError when the broker does not answer within request_timeout_ms.
+    """
+    send_ms = int(settings.send_timeout_s * 1000)
+    try:
+        return KafkaProducer(
+            **_client_config(settings),
+            acks="all",
+            retries=PRODUCER_RETRIES,
+            enable_idempotence=False,
+            max_in_flight_requests_per_connection=1,
+            delivery_timeout_ms=send_ms,
+            max_block_ms=send_ms,
+            linger_ms=0,
+            allow_auto_create_topics=False,
+        )
+    except KafkaError as exc:
+        raise _unavailable(settings, "make_producer", exc) from exc
+
+
+def publish(
+    producer: KafkaProducer,
+    topic: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
+    partition: int | None = None,
+    timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+) -> tuple[int, int]:
+    """Send one record and wait for the broker's acknowledgement; returns (partition, offset).
+
+    partition None lets the producer choose (by key hash; spread when key is None).
+
+    Raises PublishError when it is not acknowledged within timeout_s (broker away, topic
+    missing: create it with ensure_topics). The record may still be delivered after the error,
+    so consumers must tolerate duplicates (as they must anyway with at-least-once delivery).
+    """
+    if not isinstance(value, bytes):
+        raise TypeError(f"value must be bytes, got {type(value).__name__}; encode it first")
+    if key is not None and not isinstance(key, bytes):
+        raise TypeError(f"key must be bytes or None, got {type(key).__name__}; encode it first")
+    header_list = list(headers)
+    for name, data in header_list:
+        if not isinstance(name, str) or not isinstance(data, bytes):
+            raise TypeError(f"headers must be (str, bytes) pairs, got ({name!r}, {data!r})")
+    try:
+        future = producer.send(
+            topic, value=value, key=key, headers=header_list, partition=partition
+        )
+        metadata = future.get(timeout=timeout_s)
+    except KafkaTimeoutError as exc:
+        raise PublishError(
+            f"publishing to {topic!r} was not acknowledged within {timeout_s} s ({exc}); is the "
+            "broker up, and does the topic exist (ensure_topics creates it)?"
+        ) from exc
+    except (KafkaError, ValueError) as exc:  # ValueError: a partition the topic lacks
+        raise PublishError(f"publishing to {topic!r} failed: {type(exc).__name__}: {exc}") from exc
+    return int(metadata.partition), int(metadata.offset)
+
+
+def _check_topic_names(topics: Sequence[str]) -> list[str]:
+    if isinstance(topics, str):
+        raise TypeError(f"topics must be a sequence of names, not the string {topics!r}")
+    names = list(dict.fromkeys(topics))
+    if not names:
+        raise ValueError("no topics given: pass at least one topic name")
+    for name in names:
+        if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in {".", ".."}:
+            raise ValueError(
+                f"invalid topic name {name!r}: use 1-249 characters from [A-Za-z0-9._-]"
+            )
+    return names
+
+
+def ensure_topics(
+    settings: KafkaSettings,
+    topics: Sequence[str],
+    partitions: int = 1,
+    *,
+    replication_factor: int = -1,
+    timeout_s: float | None = None,
+) -> None:
+    """Create the topics that do not exist yet, then wait until the metadata shows every topic
+    with a leader for each partition (bounded by timeout_s, default send_timeout_s).
+
+    Idempotent: an existing topic (even one created concurrently) is fine and is left as it is,
+    partition count included. replication_factor -1 takes the broker's default.
+    """
+    names = _check_topic_names(topics)
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    wait_s = settings.send_timeout_s if timeout_s is None else timeout_s
+    try:
+        admin = _Admin(**_client_config(settings))
+    except KafkaError as exc:
+        raise _unavailable(settings, "ensure_topics", exc) from exc
+    try:
+        existing = set(admin.list_topics())
+        missing = [name for name in names if name not in existing]
+        if missing:
+            spec = {
+                name: {"num_partitions": partitions, "replication_factor": replication_factor}
+                for name in missing
+            }
+            response = admin.create_topics(
+                spec, timeout_ms=settings.request_timeout_ms, raise_errors=False
+            )
+            failed = [
+                f"{row['name']}: error {row['error_code']} {row.get('error_message') or ''}"
+                for row in response.get("topics", [])
+                if row["error_code"] not in (0, TOPIC_EXISTS)
+            ]
+            if failed:
+                raise TopicSetupError(f"could not create topics: {'; '.join(failed)}")
+        _wait_for_topics(admin, names, wait_s)
+    except KafkaError as exc:
+        raise TopicSetupError(
+            f"ensure_topics {names} on {settings.bootstrap}: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        with contextlib.suppress(Exception):
+            admin.close()
+
+
+def _wait_for_topics(admin: Any, names: list[str], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        rows = {row["name"]: row for row in admin.describe_topics(names)}
+        pending = [name for name in names if not _topic_ready(rows.get(name))]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise TopicSetupError(
+                f"topics {pending} not in the broker's metadata with leaders after {wait_s} s"
+            )
+        time.sleep(0.1)
+
+
+def _topic_ready(row: Mapping[str, Any] | None) -> bool:
+    if row is None or row.get("error_code") != 0:
+        return False
+    parts = row.get("partitions") or []
+    return bool(parts) and all(part.get("leader_id", -1) >= 0 for part in parts)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record as read: value is b"" for a tombstone (null value), a null header value b""."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+    @property
+    def position_key(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+
+def position_key(topic: str, partition: int) -> str:
+    """The "topic:partition" key of BroadcastReader positions (topic names cannot hold ':')."""
+    return f"{topic}:{partition}"
+
+
+def parse_positions(
+    positions: Mapping[str, int], topics: Sequence[str]
+) -> dict[TopicPartition, int]:
+    """Positions keyed "topic:partition" -> next offset, for the given topics only.
+
+    Entries of other topics are dropped (one persisted map may serve several readers); a
+    malformed key or a negative offset raises ValueError.
+    """
+    wanted = set(topics)
+    parsed: dict[TopicPartition, int] = {}
+    for key, offset in positions.items():
+        topic, sep, part = key.rpartition(":")
+        if not sep or not topic or not part.isdigit():
+            raise ValueError(f"position key {key!r} is not 'topic:partition', e.g. 'overlays:0'")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"position {key!r} -> {offset!r}: the next offset must be an int >= 0")
+        if topic in wanted:
+            parsed[TopicPartition(topic, int(part))] = offset
+    return parsed
+
+
+class BroadcastReader:
+    """Reads every partition of the given topics, without a consumer group.
+
+    positions ("topic:partition" -> next offset to read) say where to resume; partitions absent
+    from it start at the beginning of the log. A position past the end of the log (a broker
+    that lost its data) is reset to the earliest offset: a record may be read twice, never
+    skipped.
+
+    poll() returns records in offset order within each partition; `positions()` advances only
+    past records poll already returned, so a caller that persists positions after handling a
+    batch resumes exactly after it. Partitions (and topics) that appear later are picked up:
+    the metadata is re-checked at most every metadata_interval_s, on a poll.
+
+    While the broker is away, poll never raises: it returns [], sets `last_error` (the latest
+    failure, cleared when a later check succeeds) and `connected` becomes False. A poll that
+    falls due for a metadata check can then block for up to request_timeout_ms (the bounded
+    check) plus its own timeout; other polls wait their timeout. kafka-python reconnects on its
+    own once the broker is back, from the positions it had. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: Sequence[str],
+        positions: Mapping[str, int] | None = None,
+        *,
+        metadata_interval_s: float = DEFAULT_METADATA_INTERVAL_S,
+    ) -> None:
+        if metadata_interval_s <= 0:
+            raise ValueError(f"metadata_interval_s must be > 0 seconds, got {metadata_interval_s}")
+        self._settings = settings
+        self._topics = tuple(_check_topic_names(topics))
+        self._next = parse_positions(positions or {}, self._topics)
+        self._interval_s = metadata_interval_s
+        self._consumer: Any = None
+        self._assigned: frozenset[TopicPartition] = frozenset()
+        self._checked_at: float | None = None
+        self._last_error: str | None = None
+        self._connected = False
+        self._closed = False
+        self.refresh()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return self._topics
+
+    @property
+    def last_error(self) -> str | None:
+        """The latest failure talking to the broker; None once a later check succeeded."""
+        return self._last_error
+
+    @property
+    def connected(self) -> bool:
+        """True when the latest metadata check (or poll) reached the broker."""
+        return self._connected
+
+    @property
+    def assigned(self) -> tuple[str, ...]:
+        """The partitions being read, as sorted "topic:partition" keys."""
+        return tuple(position_key(tp.topic, tp.partition) for tp in sorted(self._assigned))
+
+    def positions(self) -> dict[str, int]:
+        """Next offset per "topic:partition": the given positions, advanced past every record
+        poll returned. Partitions with neither are absent (absent means from the beginning)."""
+        ordered = sorted(self._next.items())
+        return {position_key(tp.topic, tp.partition): offset for tp, offset in ordered}
+
+    def refresh(self) -> bool:
+        """Check the metadata now (connecting first if needed) and read any new partitions.
+
+        Returns whether the broker answered. Never raises for broker trouble.
+        """
+        self._require_open()
+        self._checked_at = time.monotonic()
+        try:
+            if self._consumer is None:
+                self._consumer = _Consumer(
+                    **_client_config(self._settings),
+                    group_id=None,
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",
+                    allow_auto_create_topics=False,
+                    fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                )
+            present = self._consumer.topics()  # a metadata request, bounded by the request timeout
+            current = {
+                TopicPartition(topic, part)
+                for topic in self._topics
+                if topic in present
+                for part in (self._consumer.partitions_for_topic(topic) or ())
+            }
+            if current != self._assigned:
+                self._reassign(frozenset(current))
+        except (KafkaError, OSError) as exc:
+            self._failed(exc)
+            return False
+        self._ok()
+        return True
+
+    def _reassign(self, current: frozenset[TopicPartition]) -> None:
+        # kafka-python keeps the fetch position of partitions that stay assigned; only the new
+        # ones need a starting point.
+        added = current - self._assigned
+        if current:
+            self._consumer.assign(sorted(current))
+        else:
+            self._consumer.unsubscribe()
+        self._assigned = current
+        for tp in sorted(added):
+            if tp in self._next:
+                self._consumer.seek(tp, self._next[tp])
+            else:
+                self._consumer.seek_to_beginning(tp)
+
+    def poll(self, timeout_ms: int | None = None) -> list[Record]:
+        """Records that arrived, waiting up to timeout_ms (default settings.poll_timeout_ms).
+
+        Returns [] instead of raising when the broker is away (see the class docstring).
+        """
+        self._require_open()
+        wait_ms = self._settings.poll_timeout_ms if timeout_ms is None else timeout_ms
+        if self._checked_at is None or time.monotonic() - self._checked_at >= self._interval_s:
+            self.refresh()
+        if self._consumer is None or not self._assigned:
+            time.sleep(wait_ms / 1000)  # nothing to fetch: still honour the wait, no busy loop
+            return []
+        try:
+            batches = self._consumer.poll(timeout_ms=wait_ms)
+        except (KafkaError, OSError) as exc:
+            self._failed(exc)
+            return []
+        records: list[Record] = []
+        for tp in sorted(batches):
+            for message in batches[tp]:
+                records.append(_to_record(message))
+                self._next[TopicPartition(tp.topic, tp.partition)] = int(message.offset) + 1
+        if records:
+            self._ok()
+        return records
+
+    def _ok(self) -> None:
+        self._connected = True
+        self._last_error = None
+
+    def _failed(self, exc: BaseException) -> None:
+        self._connected = False
+        self._last_error = f"{type(exc).__name__}: {exc}"
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("BroadcastReader is closed; create a new one (from positions())")
+
+    def close(self) -> None:
+        """Close the connection (idempotent; nothing is committed: positions() is the state)."""
+        if self._closed:
+            return
+        self._closed = True
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close(autocommit=False, timeout_ms=self._settings.request_timeout_ms)
+        self._connected = False
+
+    def __enter__(self) -> BroadcastReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _to_record(message: Any) -> Record:
+    headers = tuple(
+        (str(name), b"" if data is None else bytes(data)) for name, data in message.headers or ()
+    )
+    return Record(
+        topic=str(message.topic),
+        partition=int(message.partition),
+        offset=int(message.offset),
+        key=bytes(message.key) if message.key is not None else None,
+        value=bytes(message.value) if message.value is not None else b"",
+        headers=headers,
+        timestamp_ms=int(message.timestamp),
+    )

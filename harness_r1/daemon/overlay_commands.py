@@ -1,0 +1,218 @@
+"""`harness-r1 overlay ...` and `harness-r1 keys ...`: the operator's handles on deploy.
+
+list/show/diff read the registry only; release/rollback/pin/pause/resume sign a message,
+publish it on Kafka and record it in the registry (who, why, the seq it went out with).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+overlay_app = typer.Typer(no_args_is_help=True, help="Overlays: inspect, release, take back.")
+keys_app = typer.Typer(no_args_is_help=True, help="Ed25519 signing keys.")
+console = Console()
+
+Actor = Annotated[str, typer.Option(help="Who acts (recorded in the registry and the message).")]
+Reason = Annotated[str, typer.Option(help="Why (recorded in the registry and the message).")]
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from harness_r1.daemon.settings import Settings
+
+    return Settings()
+
+
+def _registry():  # type: ignore[no-untyped-def]
+    from harness_r1.deploy.registry import OverlayRegistry
+
+    return OverlayRegistry(_settings().registry_url())
+
+
+def _default_actor() -> str:
+    return os.environ.get("USER") or "operator"
+
+
+@keys_app.command("generate")
+def keys_generate(
+    key_id: str,
+    directory: Annotated[Path, typer.Option("--dir", help="Where to write the key pair.")],
+) -> None:
+    """Write KEY_ID.key (private, mode 0600) and KEY_ID.pub into --dir."""
+    from harness_r1.deploy.signing import generate_keypair
+
+    private, public = generate_keypair(directory, key_id)
+    typer.echo(f"private: {private}\npublic:  {public}")
+
+
+@overlay_app.command("add")
+def overlay_add(
+    file: Path,
+    target: Annotated[str, typer.Option(help="Agent pool the overlay is for.")],
+    env: Annotated[str | None, typer.Option(help="Env, when the file does not name one.")] = None,
+    parent: Annotated[str | None, typer.Option(help="Overlay this one builds on.")] = None,
+    actor: Actor = "",
+) -> None:
+    """Register a hand-written patch FILE as a candidate (it must pass the static checks)."""
+    from harness_r1.sandbox.patchfile import load_patch_file
+    from harness_r1.sandbox.static import check_patch
+
+    patch = load_patch_file(file, env)
+    report = check_patch(patch)
+    if not report.ok:
+        first = report.violations[0]
+        console.print(f"[red]rejected[/red] {first.code}: {first.message}")
+        raise typer.Exit(1)
+    record = _registry().add(
+        patch,
+        target,
+        parent_overlay_id=parent,
+        evidence={"source": str(file)},
+        actor=actor or _default_actor(),
+    )
+    typer.echo(record.overlay_id)
+
+
+@overlay_app.command("list")
+def overlay_list(
+    target: Annotated[str | None, typer.Option(help="Agent pool.")] = None,
+    state: Annotated[str | None, typer.Option(help="candidate|canary|active|...")] = None,
+) -> None:
+    """Overlays in the registry, newest first."""
+    registry = _registry()
+    table = Table("overlay", "target", "env", "state", "sha256", "parent", "updated")
+    for record in registry.list(target=target, state=state):
+        table.add_row(
+            record.overlay_id,
+            record.target,
+            record.env,
+            record.state.value,
+            record.patch_sha256[:12],
+            record.parent_overlay_id or "-",
+            record.updated_at.isoformat(timespec="seconds"),
+        )
+    console.print(table)
+
+
+@overlay_app.command("show")
+def overlay_show(overlay_id: str) -> None:
+    """One overlay as JSON: patch, lineage, state, evidence and its event history."""
+    from harness_r1.deploy.registry import render_record
+
+    registry = _registry()
+    record = registry.get(overlay_id)
+    typer.echo(json.dumps(render_record(record, registry.events(overlay_id)), indent=2))
+
+
+@overlay_app.command("diff")
+def overlay_diff(a: str, b: str) -> None:
+    """Unified diff of two overlays' hook sources."""
+    from harness_r1.deploy.registry import diff_overlays
+
+    registry = _registry()
+    typer.echo(diff_overlays(registry.get(a), registry.get(b)) or "(identical hook sources)")
+
+
+def _publisher():  # type: ignore[no-untyped-def]
+    from harness_r1.consumers.kafka import KafkaSettings, ensure_topics, make_producer, publish
+    from harness_r1.deploy.publisher import Publisher, PublisherConfig
+    from harness_r1.deploy.signing import Signer
+
+    settings = _settings()
+    kafka = KafkaSettings(bootstrap=settings.require_bootstrap(), client_id="harness-r1-cli")
+    ensure_topics(kafka, [settings.release_topic, settings.control_topic])
+    producer = make_producer(kafka)
+
+    def send(topic: str, value: bytes, key: bytes | None) -> None:
+        publish(producer, topic, value, key=key, timeout_s=kafka.send_timeout_s)
+
+    config = PublisherConfig(
+        release_topic=settings.release_topic, control_topic=settings.control_topic
+    )
+    signer = Signer.from_file(settings.require_signing_key())
+    return Publisher(_registry(), signer, send, config), producer
+
+
+def _control(command: str, target: str, actor: str, reason: str, **ids: str | None) -> None:
+    from harness_r1.contracts import ControlKind
+
+    publisher, producer = _publisher()
+    try:
+        sent = publisher.control(ControlKind(command), target, actor=actor, reason=reason, **ids)
+    finally:
+        producer.close(timeout=10)
+    typer.echo(sent.model_dump_json(indent=2))
+
+
+@overlay_app.command("release")
+def overlay_release(
+    overlay_id: str,
+    fraction: Annotated[float, typer.Option(help="Share of the pool (canary) in (0, 1].")] = 1.0,
+    actor: Actor = "",
+    reason: Reason = "operator release",
+) -> None:
+    """Sign and publish a release of OVERLAY_ID to its pool (or a fraction of it)."""
+    publisher, producer = _publisher()
+    try:
+        sent = publisher.release(
+            overlay_id, fraction=fraction, actor=actor or _default_actor(), reason=reason
+        )
+    finally:
+        producer.close(timeout=10)
+    typer.echo(f"released {sent.overlay_id} to {sent.target} seq={sent.seq}")
+
+
+@overlay_app.command("rollback")
+def overlay_rollback(
+    target: Annotated[str, typer.Option(help="Agent pool.")],
+    to: Annotated[
+        str | None, typer.Option("--to", help="Overlay to return to ('base' for none).")
+    ] = None,
+    overlay: Annotated[
+        str | None, typer.Option(help="Overlay to take back (default: the newest live one).")
+    ] = None,
+    actor: Actor = "",
+    reason: Reason = "operator rollback",
+) -> None:
+    """Take an overlay back: its agents return to the previous (or --to) overlay."""
+    actor = actor or _default_actor()
+    _control("rollback", target, actor, reason, overlay_id=to, revoke_overlay_id=overlay)
+
+
+@overlay_app.command("pin")
+def overlay_pin(
+    target: Annotated[str, typer.Option(help="Agent pool.")],
+    to: Annotated[
+        str | None, typer.Option("--to", help="Overlay to pin (default: current).")
+    ] = None,
+    actor: Actor = "",
+    reason: Reason = "operator pin",
+) -> None:
+    """Hold the pool on one overlay; new releases wait until `resume`."""
+    _control("pin", target, actor or _default_actor(), reason, overlay_id=to)
+
+
+@overlay_app.command("pause")
+def overlay_pause(
+    target: Annotated[str, typer.Option(help="Agent pool.")],
+    actor: Actor = "",
+    reason: Reason = "operator pause",
+) -> None:
+    """Keep the current overlay; new releases wait until `resume`."""
+    _control("pause", target, actor or _default_actor(), reason)
+
+
+@overlay_app.command("resume")
+def overlay_resume(
+    target: Annotated[str, typer.Option(help="Agent pool.")],
+    actor: Actor = "",
+    reason: Reason = "operator resume",
+) -> None:
+    """Apply releases again (the latest one parked while paused or pinned)."""
+    _control("resume", target, actor or _default_actor(), reason)

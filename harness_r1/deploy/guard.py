@@ -1,0 +1,168 @@
+"""The live guard: after a staged release, compare live success on the new overlay with the
+agents kept on the previous harness (the control cohort) and promote or roll back by itself.
+
+The rule is a Bayesian beta-binomial one, evaluated after every batch of observations (a
+sequential test): with Beta(prior) on each arm's success rate, compute P(new > control)
+exactly. Promote when it reaches `promote_probability`, roll back when P(new < control)
+reaches `rollback_probability`, both only after `min_episodes` on each arm; if neither has
+happened by `max_episodes` on each arm the result is inconclusive and, as the gate says,
+inconclusive is not promoted: the overlay is rolled back with reason `live_guard_inconclusive`.
+Why Bayesian and not SPRT: it needs no assumed effect size, reads the same at any stopping
+point, and its error rates are set by two probabilities an operator can reason about. Peeking
+after every batch inflates the frequentist error a little; `min_episodes` bounds that, and the
+guard's job is to catch harm fast, not to certify a small gain.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from harness_r1.contracts import Trajectory
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    min_episodes: int = 20
+    max_episodes: int = 400
+    # 0.99, not 0.95: the test is re-run after every episode, and with 0.95 a fleet where
+    # both arms are equal was wrongly rolled back 23% of the time (0.99: 9.5%; 200 simulated
+    # fleets, tests/deploy/test_guard.py), while 30% vs 60% is still caught every time.
+    promote_probability: float = 0.99
+    rollback_probability: float = 0.99
+    prior_successes: int = 1
+    prior_failures: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_episodes <= self.max_episodes:
+            raise ValueError("need 1 <= min_episodes <= max_episodes (episodes per arm)")
+        for name in ("promote_probability", "rollback_probability"):
+            if not 0.5 < getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in (0.5, 1)")
+        if self.prior_successes < 1 or self.prior_failures < 1:
+            raise ValueError("the Beta prior needs integer parameters >= 1")
+
+
+def probability_better(
+    successes_new: int,
+    episodes_new: int,
+    successes_old: int,
+    episodes_old: int,
+    prior: tuple[int, int] = (1, 1),
+) -> float:
+    """Exact P(p_new > p_old) for independent Beta posteriors (integer first parameter).
+
+    Closed form (Evan Miller, "Formulas for Bayesian A/B testing"): a finite sum of Beta
+    function ratios, evaluated in log space so thousands of episodes stay stable."""
+    a_new = successes_new + prior[0]
+    b_new = episodes_new - successes_new + prior[1]
+    a_old = successes_old + prior[0]
+    b_old = episodes_old - successes_old + prior[1]
+    if min(a_new, b_new, a_old, b_old) < 1:
+        raise ValueError("successes must lie within 0..episodes")
+    base = _log_beta(a_old, b_old)
+    total = 0.0
+    for i in range(a_new):
+        total += math.exp(
+            _log_beta(a_old + i, b_old + b_new)
+            - math.log(b_new + i)
+            - _log_beta(1 + i, b_new)
+            - base
+        )
+    return min(1.0, max(0.0, total))
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+class Verdict(StrEnum):
+    CONTINUE = "continue"
+    PROMOTE = "promote"
+    ROLLBACK = "rollback"
+
+
+@dataclass(frozen=True)
+class GuardDecision:
+    verdict: Verdict
+    reason: str  # "live_guard" | "live_guard_inconclusive" | "" ; the rollback reason label
+    overlay_id: str
+    control_id: str
+    episodes_new: int
+    successes_new: int
+    episodes_control: int
+    successes_control: int
+    p_better: float
+
+    def summary(self) -> str:
+        return (
+            f"{self.verdict.value}: {self.overlay_id} {self.successes_new}/{self.episodes_new}"
+            f" vs {self.control_id} {self.successes_control}/{self.episodes_control},"
+            f" P(better)={self.p_better:.3f}"
+        )
+
+
+@dataclass
+class _Arm:
+    episodes: int = 0
+    successes: int = 0
+
+
+@dataclass
+class LiveGuard:
+    """Watches one staged overlay against its control harness (the parent overlay or base)."""
+
+    overlay_id: str
+    control_id: str
+    config: GuardConfig = field(default_factory=GuardConfig)
+    _arms: dict[str, _Arm] = field(default_factory=dict)
+    _seen: set[str] = field(default_factory=set)
+
+    def observe(self, trajectory: Trajectory) -> bool:
+        """Count one finished episode if it ran under either arm; redeliveries count once."""
+        version = trajectory.harness_version
+        if version not in (self.overlay_id, self.control_id):
+            return False
+        if trajectory.trajectory_id in self._seen:
+            return False
+        self._seen.add(trajectory.trajectory_id)
+        arm = self._arms.setdefault(version, _Arm())
+        arm.episodes += 1
+        arm.successes += int(trajectory.outcome.success)
+        return True
+
+    def decide(self) -> GuardDecision:
+        new = self._arms.get(self.overlay_id, _Arm())
+        old = self._arms.get(self.control_id, _Arm())
+        prior = (self.config.prior_successes, self.config.prior_failures)
+        p_better = probability_better(
+            new.successes, new.episodes, old.successes, old.episodes, prior
+        )
+        # continuous posteriors: P(new == old) is 0, so P(old better) is the complement
+        verdict, reason = self._verdict(new, old, p_better, 1.0 - p_better)
+        return GuardDecision(
+            verdict=verdict,
+            reason=reason,
+            overlay_id=self.overlay_id,
+            control_id=self.control_id,
+            episodes_new=new.episodes,
+            successes_new=new.successes,
+            episodes_control=old.episodes,
+            successes_control=old.successes,
+            p_better=p_better,
+        )
+
+    def _verdict(
+        self, new: _Arm, old: _Arm, p_better: float, p_old_better: float
+    ) -> tuple[Verdict, str]:
+        config = self.config
+        if min(new.episodes, old.episodes) < config.min_episodes:
+            return Verdict.CONTINUE, ""
+        if p_old_better >= config.rollback_probability:
+            return Verdict.ROLLBACK, "live_guard"
+        if p_better >= config.promote_probability:
+            return Verdict.PROMOTE, ""
+        if min(new.episodes, old.episodes) >= config.max_episodes:
+            return Verdict.ROLLBACK, "live_guard_inconclusive"
+        return Verdict.CONTINUE, ""

@@ -1,0 +1,669 @@
+"""The overlay registry: every patch the daemon has released or considered, and its history.
+
+Why a database and not files: the daemon, the CLI (`overlay list/show/diff`, `rollback --to`,
+`pin`) and the live guard all read and move the same overlays, possibly from different processes
+at the same time. A state change must be atomic with its audit event, and activating an overlay
+must retire the target's previous one in the same transaction, or two processes could each leave
+an "active" overlay behind. The database also enforces that last rule itself (a partial unique
+index: at most one active overlay per target).
+
+The tables live in the same database as the daemon's state store (SQLite by default, PostgreSQL
+in larger deployments), so they hang off their own `RegistryBase` and carry an `overlay_` prefix;
+only portable column types are used (JSON is stored as Text).
+
+SQLite specifics, set on every new connection: WAL (readers do not block the writer),
+`busy_timeout` (a second writer waits instead of failing at once), foreign keys on. Write
+transactions start with `BEGIN IMMEDIATE`: they take the write lock up front, so a transaction
+that reads a state and then writes it cannot lose a race to another process half-way (a
+deferred transaction would fail with SQLITE_BUSY on its first write, which busy_timeout cannot
+retry). On PostgreSQL the same reads take row locks (`SELECT ... FOR UPDATE`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import difflib
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    DateTime,
+    Dialect,
+    Engine,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    make_url,
+    select,
+    text,
+)
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from harness_r1.contracts import HookName, Patch
+
+DEFAULT_URL = "sqlite:///harness_r1.db"
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+# Execution option read by the SQLite "begin" hook: how the transaction starts.
+_SQLITE_BEGIN = "harness_r1_sqlite_begin"
+
+
+class OverlayState(StrEnum):
+    """Where an overlay is in its life: proposed, under canary, serving, or out of service."""
+
+    CANDIDATE = "candidate"
+    CANARY = "canary"
+    ACTIVE = "active"
+    RETIRED = "retired"
+    ROLLED_BACK = "rolled_back"
+
+
+#: Allowed moves. retired/rolled_back -> active exists for an operator's `rollback --to` or
+#: `pin`, which may bring back an older overlay; nothing ever returns to candidate or canary.
+TRANSITIONS: dict[OverlayState, frozenset[OverlayState]] = {
+    OverlayState.CANDIDATE: frozenset({OverlayState.CANARY, OverlayState.RETIRED}),
+    OverlayState.CANARY: frozenset(
+        {OverlayState.ACTIVE, OverlayState.ROLLED_BACK, OverlayState.RETIRED}
+    ),
+    OverlayState.ACTIVE: frozenset({OverlayState.RETIRED, OverlayState.ROLLED_BACK}),
+    OverlayState.RETIRED: frozenset({OverlayState.ACTIVE}),
+    OverlayState.ROLLED_BACK: frozenset({OverlayState.ACTIVE}),
+}
+
+
+class RegistryError(Exception):
+    """Base of the registry's own errors."""
+
+
+class UnknownOverlay(RegistryError, LookupError):
+    """No overlay with that id in this registry."""
+
+
+class InvalidTransition(RegistryError, ValueError):
+    """A state change the lifecycle does not allow."""
+
+
+def check_transition(current: OverlayState, to_state: OverlayState) -> None:
+    """Raise `InvalidTransition` unless `current -> to_state` is an allowed move."""
+    allowed = TRANSITIONS[current]
+    if to_state not in allowed:
+        names = ", ".join(sorted(str(s) for s in allowed))
+        raise InvalidTransition(
+            f"cannot move an overlay from {current} to {to_state}; from {current} it may go to: "
+            f"{names}"
+        )
+
+
+def _state(value: OverlayState | str) -> OverlayState:
+    try:
+        return OverlayState(value)
+    except ValueError as err:
+        known = ", ".join(str(s) for s in OverlayState)
+        raise InvalidTransition(f"unknown overlay state {value!r}; known: {known}") from err
+
+
+@dataclass(frozen=True)
+class OverlayRecord:
+    """One overlay as stored: the patch (parsed back into the contract) and where it stands."""
+
+    overlay_id: str
+    target: str
+    env: str
+    patch: Patch
+    patch_sha256: str
+    state: OverlayState
+    packet_id: str | None
+    group_id: str | None
+    parent_overlay_id: str | None
+    evidence: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class OverlayEvent:
+    """One audit line. `from_state` is None for the creation; equal to `to_state` for an action
+    that changed nothing (a pin, a note)."""
+
+    overlay_id: str
+    from_state: OverlayState | None
+    to_state: OverlayState
+    actor: str
+    reason: str
+    at: datetime
+    evidence: dict[str, Any]
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+class _UtcDateTime(TypeDecorator[datetime]):
+    """Timestamps stored in UTC and always read back tz-aware.
+
+    SQLite keeps no offset (it would return naive datetimes), PostgreSQL returns the session's
+    zone: both are normalised to UTC here so records compare and serialise the same everywhere.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("the overlay registry stores tz-aware datetimes only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise RegistryError(f"expected a datetime from the database, got {value!r}")
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class RegistryBase(DeclarativeBase):
+    """Metadata of the registry's tables only, so it can share a database with the daemon's
+    state store without either creating or dropping the other's tables."""
+
+
+class _OverlayRow(RegistryBase):
+    __tablename__ = "overlay_overlays"
+    __table_args__ = (
+        # The invariant activation maintains, also enforced by the database itself.
+        Index(
+            "overlay_one_active_per_target",
+            "target",
+            unique=True,
+            sqlite_where=text("state = 'active'"),
+            postgresql_where=text("state = 'active'"),
+        ),
+    )
+
+    # A surrogate key gives a stable insertion order ("newest first") even within one clock tick.
+    row_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    overlay_id: Mapped[str] = mapped_column(String(32), unique=True)
+    target: Mapped[str] = mapped_column(String(200), index=True)
+    env: Mapped[str] = mapped_column(String(100))
+    patch_json: Mapped[str] = mapped_column(Text)
+    patch_sha256: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    packet_id: Mapped[str | None] = mapped_column(String(128))
+    group_id: Mapped[str | None] = mapped_column(String(128))
+    parent_overlay_id: Mapped[str | None] = mapped_column(
+        String(32), ForeignKey("overlay_overlays.overlay_id")
+    )
+    evidence_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+
+
+class _EventRow(RegistryBase):
+    __tablename__ = "overlay_events"
+
+    event_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    overlay_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("overlay_overlays.overlay_id"), index=True
+    )
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    evidence_json: Mapped[str] = mapped_column(Text)
+
+
+class _SequenceRow(RegistryBase):
+    """Release/control sequence numbers: clients reject seq <= their high-water mark, so a
+    number must never be handed out twice, whichever process asks."""
+
+    __tablename__ = "overlay_sequences"
+
+    target: Mapped[str] = mapped_column(String(200), primary_key=True)
+    stream: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _dump_evidence(evidence: Mapping[str, Any] | None) -> str:
+    """Evidence must be JSON; refuse it at write time rather than store something unreadable."""
+    try:
+        return json.dumps(dict(evidence or {}), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise RegistryError(f"evidence must be JSON-serialisable: {err}") from err
+
+
+def _load_evidence(raw: str) -> dict[str, Any]:
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise RegistryError(f"stored evidence is not a JSON object: {raw[:80]!r}")
+    return value
+
+
+def _to_record(row: _OverlayRow) -> OverlayRecord:
+    # Check the stored bytes, not a re-serialisation: a minor schema addition must not make
+    # every old overlay look tampered with, but an edited row must never be signed and released.
+    stored = hashlib.sha256(row.patch_json.encode("utf-8")).hexdigest()
+    if stored != row.patch_sha256:
+        raise RegistryError(
+            f"overlay {row.overlay_id}: stored patch hashes to {stored}, "
+            f"registry says {row.patch_sha256}; refusing to use it"
+        )
+    return OverlayRecord(
+        overlay_id=row.overlay_id,
+        target=row.target,
+        env=row.env,
+        patch=Patch.model_validate_json(row.patch_json),
+        patch_sha256=row.patch_sha256,
+        state=OverlayState(row.state),
+        packet_id=row.packet_id,
+        group_id=row.group_id,
+        parent_overlay_id=row.parent_overlay_id,
+        evidence=_load_evidence(row.evidence_json),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _to_event(row: _EventRow) -> OverlayEvent:
+    return OverlayEvent(
+        overlay_id=row.overlay_id,
+        from_state=None if row.from_state is None else OverlayState(row.from_state),
+        to_state=OverlayState(row.to_state),
+        actor=row.actor,
+        reason=row.reason,
+        at=row.at,
+        evidence=_load_evidence(row.evidence_json),
+    )
+
+
+def _event_row(
+    overlay_id: str,
+    from_state: OverlayState | None,
+    to_state: OverlayState,
+    *,
+    actor: str,
+    reason: str,
+    at: datetime,
+    evidence: Mapping[str, Any] | None,
+) -> _EventRow:
+    if not actor:
+        raise RegistryError("every registry event needs an actor (operator name, daemon, ...)")
+    return _EventRow(
+        overlay_id=overlay_id,
+        from_state=None if from_state is None else str(from_state),
+        to_state=str(to_state),
+        actor=actor,
+        reason=reason,
+        at=at,
+        evidence_json=_dump_evidence(evidence),
+    )
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    """WAL, busy_timeout and foreign keys per connection; SQLAlchemy, not the sqlite3 module,
+    emits BEGIN (the module's legacy mode never begins a transaction before a SELECT, so a
+    read-then-write would not be isolated), with the mode the engine's options ask for."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get(_SQLITE_BEGIN, "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+
+class OverlayRegistry:
+    """Overlays, their lifecycle and audit trail, and per-target sequence counters.
+
+    Safe to use from several threads and several processes on the same database; every method
+    runs in its own short transaction.
+    """
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    ) -> None:
+        parsed = make_url(url)
+        self._dialect = parsed.get_backend_name()
+        if self._dialect not in SUPPORTED_DIALECTS:
+            raise RegistryError(
+                f"the overlay registry supports {' and '.join(SUPPORTED_DIALECTS)} URLs; "
+                f"got {parsed.render_as_string(hide_password=True)!r}"
+            )
+        self._engine = create_engine(parsed)
+        if self._dialect == "sqlite":
+            _configure_sqlite(self._engine, busy_timeout_ms)
+        self._write_engine = self._engine.execution_options(**{_SQLITE_BEGIN: "IMMEDIATE"})
+        # Inside a write transaction so two processes creating the tables at once serialise.
+        with self._write_engine.begin() as conn:
+            RegistryBase.metadata.create_all(conn)
+
+    @property
+    def url(self) -> str:
+        """The database URL with any password hidden: safe for logs and error messages."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> OverlayRegistry:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self._engine) as session, session.begin():
+            yield session
+
+    def _row(self, session: Session, overlay_id: str, *, lock: bool = False) -> _OverlayRow:
+        query = select(_OverlayRow).where(_OverlayRow.overlay_id == overlay_id)
+        if lock:
+            query = query.with_for_update()
+        row = session.scalars(query).one_or_none()
+        if row is None:
+            raise UnknownOverlay(f"no overlay {overlay_id!r} in the registry at {self.url}")
+        return row
+
+    # -- overlays --
+
+    def add(
+        self,
+        patch: Patch,
+        target: str,
+        *,
+        packet_id: str | None = None,
+        group_id: str | None = None,
+        parent_overlay_id: str | None = None,
+        evidence: Mapping[str, Any] | None = None,
+        actor: str = "daemon",
+    ) -> OverlayRecord:
+        """Store a new candidate overlay for `target` and record its creation."""
+        if not target:
+            raise RegistryError("an overlay needs a target (the agent pool it is for)")
+        patch_json = patch.to_json_bytes().decode("utf-8")
+        now = _now()
+        overlay_id = f"ov-{uuid.uuid4().hex[:12]}"
+        with self._write() as session:
+            if parent_overlay_id is not None:
+                self._row(session, parent_overlay_id)
+            row = _OverlayRow(
+                overlay_id=overlay_id,
+                target=target,
+                env=patch.env,
+                patch_json=patch_json,
+                patch_sha256=hashlib.sha256(patch_json.encode("utf-8")).hexdigest(),
+                state=str(OverlayState.CANDIDATE),
+                packet_id=packet_id,
+                group_id=group_id,
+                parent_overlay_id=parent_overlay_id,
+                evidence_json=_dump_evidence(evidence),
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(row)
+            session.flush()  # the event's foreign key needs the overlay row first
+            session.add(
+                _event_row(
+                    overlay_id,
+                    None,
+                    OverlayState.CANDIDATE,
+                    actor=actor,
+                    reason="created",
+                    at=now,
+                    evidence=evidence,
+                )
+            )
+            return _to_record(row)
+
+    def get(self, overlay_id: str) -> OverlayRecord:
+        with self._read() as session:
+            return _to_record(self._row(session, overlay_id))
+
+    def list(
+        self, target: str | None = None, state: OverlayState | str | None = None
+    ) -> builtins.list[OverlayRecord]:
+        """Overlays, newest first, optionally of one target and/or in one state."""
+        query = select(_OverlayRow)
+        if target is not None:
+            query = query.where(_OverlayRow.target == target)
+        if state is not None:
+            query = query.where(_OverlayRow.state == str(_state(state)))
+        query = query.order_by(_OverlayRow.created_at.desc(), _OverlayRow.row_id.desc())
+        with self._read() as session:
+            return [_to_record(row) for row in session.scalars(query)]
+
+    def active(self, target: str) -> OverlayRecord | None:
+        """The overlay serving `target` now, or None when it runs the base harness."""
+        query = select(_OverlayRow).where(
+            _OverlayRow.target == target, _OverlayRow.state == str(OverlayState.ACTIVE)
+        )
+        with self._read() as session:
+            row = session.scalars(query).one_or_none()
+            return None if row is None else _to_record(row)
+
+    def transition(
+        self,
+        overlay_id: str,
+        to_state: OverlayState | str,
+        *,
+        actor: str,
+        reason: str,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> OverlayRecord:
+        """Move an overlay to `to_state`, validated, with its event, in one transaction.
+
+        Activating retires the target's previous active overlay in the same transaction (its
+        event names the same actor and the overlay that superseded it). `evidence` is kept on
+        the event and shallow-merged into the overlay's evidence (later keys win).
+        """
+        target_state = _state(to_state)
+        now = _now()
+        with self._write() as session:
+            row = self._row(session, overlay_id, lock=True)
+            current = OverlayState(row.state)
+            check_transition(current, target_state)
+            if target_state is OverlayState.ACTIVE:
+                self._retire_active(session, row, actor=actor, reason=reason, at=now)
+            row.state = str(target_state)
+            row.updated_at = now
+            if evidence:
+                merged = _load_evidence(row.evidence_json) | dict(evidence)
+                row.evidence_json = _dump_evidence(merged)
+            session.add(
+                _event_row(
+                    overlay_id,
+                    current,
+                    target_state,
+                    actor=actor,
+                    reason=reason,
+                    at=now,
+                    evidence=evidence,
+                )
+            )
+            return _to_record(row)
+
+    def _retire_active(
+        self, session: Session, incoming: _OverlayRow, *, actor: str, reason: str, at: datetime
+    ) -> None:
+        query = (
+            select(_OverlayRow)
+            .where(
+                _OverlayRow.target == incoming.target,
+                _OverlayRow.state == str(OverlayState.ACTIVE),
+                _OverlayRow.overlay_id != incoming.overlay_id,
+            )
+            .with_for_update()
+        )
+        for previous in session.scalars(query):
+            previous.state = str(OverlayState.RETIRED)
+            previous.updated_at = at
+            session.add(
+                _event_row(
+                    previous.overlay_id,
+                    OverlayState.ACTIVE,
+                    OverlayState.RETIRED,
+                    actor=actor,
+                    reason=f"superseded by {incoming.overlay_id}: {reason}",
+                    at=at,
+                    evidence={"superseded_by": incoming.overlay_id},
+                )
+            )
+        # Flush now: the one-active-per-target index must see the old overlay retired before
+        # the new one becomes active (the ORM could otherwise order the two UPDATEs either way).
+        session.flush()
+
+    # -- audit --
+
+    def events(self, overlay_id: str) -> builtins.list[OverlayEvent]:
+        """The overlay's audit trail, oldest first."""
+        query = (
+            select(_EventRow)
+            .where(_EventRow.overlay_id == overlay_id)
+            .order_by(_EventRow.event_id.asc())
+        )
+        with self._read() as session:
+            self._row(session, overlay_id)
+            return [_to_event(row) for row in session.scalars(query)]
+
+    def record_event(
+        self,
+        overlay_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> OverlayEvent:
+        """Log an action that changes no state (a pin, an operator's note): from == to."""
+        now = _now()
+        with self._write() as session:
+            current = OverlayState(self._row(session, overlay_id, lock=True).state)
+            row = _event_row(
+                overlay_id, current, current, actor=actor, reason=reason, at=now, evidence=evidence
+            )
+            session.add(row)
+            session.flush()
+            return _to_event(row)
+
+    # -- sequence numbers --
+
+    def next_seq(self, target: str, stream: str) -> int:
+        """The next number of `stream` (e.g. "release", "control") for `target`: 1, 2, 3, ...
+
+        One statement, `INSERT ... ON CONFLICT DO UPDATE SET value = value + 1 RETURNING value`,
+        inside a write transaction: the database hands each number out once, whichever process
+        or registry object asks (SQLite serialises writers; PostgreSQL locks the row).
+        """
+        insert = sqlite_dialect.insert if self._dialect == "sqlite" else pg_dialect.insert
+        statement = (
+            insert(_SequenceRow)
+            .values(target=target, stream=stream, value=1)
+            .on_conflict_do_update(
+                index_elements=["target", "stream"], set_={"value": _SequenceRow.value + 1}
+            )
+            .returning(_SequenceRow.value)
+        )
+        with self._write() as session:
+            return int(session.execute(statement).scalar_one())
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+def diff_overlays(a: OverlayRecord, b: OverlayRecord) -> str:
+    """Unified diff of two overlays' hook sources, hook by hook ("" when they are the same).
+
+    A hook present on one side only is diffed against nothing, so it shows as wholly added or
+    removed.
+    """
+    lines: builtins.list[str] = [f"# overlay {a.overlay_id} -> {b.overlay_id}"]
+    changed = False
+    for hook in HookName:
+        before, after = a.patch.code_for(hook), b.patch.code_for(hook)
+        if before == after:
+            continue
+        changed = True
+        lines.extend(
+            difflib.unified_diff(
+                (before or "").splitlines(),
+                (after or "").splitlines(),
+                fromfile=f"{a.overlay_id}/{hook}" + ("" if before is not None else " (absent)"),
+                tofile=f"{b.overlay_id}/{hook}" + ("" if after is not None else " (absent)"),
+                lineterm="",
+            )
+        )
+    return "\n".join(lines) + "\n" if changed else ""
+
+
+def _event_view(ev: OverlayEvent) -> dict[str, Any]:
+    return {
+        "at": ev.at.isoformat(),
+        "from_state": None if ev.from_state is None else str(ev.from_state),
+        "to_state": str(ev.to_state),
+        "actor": ev.actor,
+        "reason": ev.reason,
+        "evidence": ev.evidence,
+    }
+
+
+def render_record(
+    record: OverlayRecord, events: builtins.list[OverlayEvent] | None = None
+) -> dict[str, Any]:
+    """A JSON-ready view of one overlay and its history, for `overlay show`."""
+    return {
+        "overlay_id": record.overlay_id,
+        "target": record.target,
+        "env": record.env,
+        "state": str(record.state),
+        "patch_sha256": record.patch_sha256,
+        "packet_id": record.packet_id,
+        "group_id": record.group_id,
+        "parent_overlay_id": record.parent_overlay_id,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+        "evidence": record.evidence,
+        "patch": record.patch.model_dump(mode="json"),
+        "events": [_event_view(ev) for ev in events or []],
+    }

@@ -1,0 +1,127 @@
+"""Shared pieces of the deploy tests (imported by conftest.py and the test modules): a signer
+and keyring, a registry on a temp file, a publisher, and recording hook sets (so a test can
+see which overlay served an episode and when a HookSet was closed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from harness_r1.consumers.kafka import Record
+from harness_r1.contracts import HookCode, HookName, Patch
+from harness_r1.deploy.client import ClientConfig, ClientMetrics, OverlayClient
+from harness_r1.deploy.publisher import DeployMetrics, Publisher
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.signing import Keyring, Signer
+from harness_r1.harness.hooks import HookCall
+
+
+def make_patch(tag: str, env: str = "dbbench") -> Patch:
+    code = f"def hook(ctx, state):\n    return {{'note': {tag!r}}}\n"
+    return Patch(env=env, description=tag, hooks=[HookCode(hook=HookName.PRE_DECISION, code=code)])
+
+
+@dataclass
+class TaggedHooks:
+    """A HookSet that records its overlay and whether it was closed (not a sandbox)."""
+
+    overlay_id: str
+    closed: bool = False
+
+    def has(self, hook: HookName) -> bool:
+        return False
+
+    def call(self, hook: HookName, ctx: dict[str, Any], state: dict[str, Any]) -> HookCall:
+        return HookCall(state=state)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class ListSource:
+    """TEST DOUBLE of the broker for unit tests: an in-memory log per topic with positions.
+    The same client runs against the real broker in test_fleet.py."""
+
+    log: list[Record] = field(default_factory=list)
+    start: int = 0
+    offline: bool = False
+
+    def __post_init__(self) -> None:
+        self.next = self.start
+
+    def append(self, topic: str, value: bytes) -> None:
+        self.log.append(Record(topic, 0, len(self.log), None, value, (), 0))
+
+    def poll(self, timeout_ms: int | None = None) -> list[Record]:
+        if self.offline:
+            return []
+        out, self.next = self.log[self.next :], len(self.log)
+        return out
+
+    def positions(self) -> dict[str, int]:
+        return {"log:0": self.next}
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Rig:
+    signer: Signer
+    keyring: Keyring
+    registry: OverlayRegistry
+    publisher: Publisher
+    bus: ListSource
+    tmp: Path
+    hooks_made: list[TaggedHooks] = field(default_factory=list)
+
+    def hooks_factory(self, patch: Patch, overlay_id: str) -> TaggedHooks:
+        hooks = TaggedHooks(overlay_id)
+        self.hooks_made.append(hooks)
+        return hooks
+
+    def client(self, agent_id: str = "agent-0", target: str = "pool-a", **kw: Any) -> OverlayClient:
+        shared = self.bus
+        config = ClientConfig(agent_id=agent_id, target=target, state_dir=self.tmp / agent_id)
+        return OverlayClient(
+            config,
+            self.keyring,
+            self.hooks_factory,
+            source_factory=lambda positions: ListSource(
+                shared.log, start=positions.get("log:0", 0)
+            ),
+            **kw,
+        )
+
+    def overlay(self, tag: str, target: str = "pool-a", parent: str | None = None) -> str:
+        return self.registry.add(make_patch(tag), target, parent_overlay_id=parent).overlay_id
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    from prometheus_client import CollectorRegistry
+
+    signer = Signer("k1", Ed25519PrivateKey.generate())
+    registry = OverlayRegistry(f"sqlite:///{tmp_path / 'state.db'}")
+    bus = ListSource()
+    publisher = Publisher(
+        registry,
+        signer,
+        lambda topic, value, key: bus.append(topic, value),
+        metrics=DeployMetrics(CollectorRegistry()),
+    )
+    yield Rig(signer, Keyring.of([signer]), registry, publisher, bus, tmp_path)
+    registry.close()
+
+
+@pytest.fixture
+def client_metrics() -> ClientMetrics:
+    from prometheus_client import CollectorRegistry
+
+    return ClientMetrics(CollectorRegistry())

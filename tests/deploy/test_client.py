@@ -1,0 +1,251 @@
+"""The agent-side overlay client's rules, on an in-memory log (the broker is in test_fleet.py):
+what it accepts, what it refuses with no state change, when it swaps, and what survives a
+restart."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from deploy_rig import Rig, make_patch
+
+from harness_r1.contracts import ControlKind, OverlayRelease
+from harness_r1.deploy.client import (
+    CONTROL_TOPIC,
+    RELEASE_TOPIC,
+    ClientMetrics,
+    in_cohort,
+)
+from harness_r1.deploy.registry import OverlayState
+from harness_r1.deploy.signing import Signer, seal
+from harness_r1.deploy.state import Hold
+
+
+def snapshot(client):  # type: ignore[no-untyped-def]
+    s = client.state
+    return (client.active_overlay_id, s.release_hwm, s.control_hwm, tuple(s.revoked), s.hold)
+
+
+def signed_release(rig: Rig, signer: Signer, overlay_id: str, seq: int, **changes: object) -> bytes:
+    record = rig.registry.get(overlay_id)
+    now = datetime.now(UTC)
+    fields: dict[str, object] = {
+        "overlay_id": overlay_id,
+        "target": record.target,
+        "seq": seq,
+        "key_id": signer.key_id,
+        "issued_at": now,
+        "expires_at": now + timedelta(minutes=10),
+        "patch_sha256": record.patch.sha256(),
+        "patch": record.patch,
+    }
+    fields.update(changes)
+    return seal(OverlayRelease.model_validate(fields), signer).to_json_bytes()
+
+
+def test_release_activates_and_lease_stamps_the_overlay(rig: Rig) -> None:
+    client = rig.client()
+    assert client.active_overlay_id == "base"
+    ov = rig.overlay("a")
+    rig.publisher.release(ov, actor="alice", reason="canary won")
+    assert client.sync() == 1
+    with client.lease() as lease:
+        assert lease.overlay_id == ov == lease.hooks.overlay_id
+    assert rig.registry.get(ov).state is OverlayState.ACTIVE
+
+
+def test_every_attack_is_refused_with_no_state_change(
+    rig: Rig, client_metrics: ClientMetrics
+) -> None:
+    client = rig.client(metrics=client_metrics)
+    good = rig.overlay("good")
+    rig.publisher.release(good, actor="alice", reason="r")
+    client.sync()
+    before = snapshot(client)
+    evil = rig.overlay("evil")
+    forger = Signer("k1", Ed25519PrivateKey.generate())
+    stranger = Signer("k9", Ed25519PrivateKey.generate())
+    replayed = rig.bus.log[0].value
+    genuine = json.loads(signed_release(rig, rig.signer, evil, 50))
+    payload = base64.b64decode(genuine["payload_b64"]).replace(b"'evil'", b"'EVIL'")
+    genuine["payload_b64"] = base64.b64encode(payload).decode()
+    tampered = json.dumps(genuine).encode()
+    other_pool = rig.overlay("other", target="pool-b")
+    attacks = {
+        "bad_signature": signed_release(rig, forger, evil, 51),
+        "unknown_key": signed_release(rig, stranger, evil, 52),
+        "wrong_target": signed_release(rig, rig.signer, other_pool, 53),
+        "replay": replayed,
+        "expired": signed_release(
+            rig,
+            rig.signer,
+            evil,
+            54,
+            issued_at=datetime.now(UTC) - timedelta(hours=2),
+            expires_at=datetime.now(UTC) - timedelta(hours=1),
+        ),
+        "bad_hash": signed_release(rig, rig.signer, evil, 55, patch=make_patch("swapped")),
+        "malformed": b'{"not": "an envelope"}',
+    }
+    attacks["bad_signature_tampered"] = tampered
+    for name, data in attacks.items():
+        assert not client.handle(RELEASE_TOPIC, data), name
+        assert snapshot(client) == before, name
+    expected = {k.removesuffix("_tampered") for k in attacks}
+    assert set(client.rejections) == expected
+    assert client.rejections["bad_signature"] == 2
+    total = sum(
+        client_metrics.rejections.labels(reason=r)._value.get()  # noqa: SLF001
+        for r in expected
+    )
+    assert total == len(attacks)
+
+
+def test_replayed_control_command_is_refused(rig: Rig) -> None:
+    client = rig.client()
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="alice", reason="r")
+    rig.publisher.control(ControlKind.PAUSE, "pool-a", actor="alice", reason="freeze")
+    client.sync()
+    assert client.state.hold is Hold.PAUSED
+    pause = rig.bus.log[-1].value
+    rig.publisher.control(ControlKind.RESUME, "pool-a", actor="alice", reason="go")
+    client.sync()
+    assert not client.handle(CONTROL_TOPIC, pause)
+    assert client.state.hold is Hold.NONE and client.rejections == {"replay": 1}
+
+
+def test_swap_waits_for_the_episode_boundary(rig: Rig) -> None:
+    client = rig.client()
+    a, b = rig.overlay("a"), rig.overlay("b")
+    rig.publisher.release(a, actor="x", reason="r")
+    client.sync()
+    with client.lease() as running:
+        rig.publisher.release(b, actor="x", reason="r")
+        client.sync()
+        assert client.active_overlay_id == b
+        assert running.overlay_id == a and not running.hooks.closed  # type: ignore[attr-defined]
+        with client.lease() as next_episode:
+            assert next_episode.overlay_id == b
+    assert running.hooks.closed  # type: ignore[attr-defined]
+
+
+def test_rollback_returns_to_previous_and_refuses_a_late_release(rig: Rig) -> None:
+    client = rig.client()
+    a, b = rig.overlay("a"), rig.overlay("b", parent=None)
+    rig.publisher.release(a, actor="x", reason="r")
+    rig.publisher.release(b, actor="x", reason="r")
+    client.sync()
+    rig.publisher.control(ControlKind.ROLLBACK, "pool-a", actor="bob", reason="hurts")
+    client.sync()
+    assert client.active_overlay_id == a
+    assert rig.registry.get(b).state is OverlayState.ROLLED_BACK
+    assert rig.registry.get(a).state is OverlayState.ACTIVE
+    events = rig.registry.events(b)
+    assert events[-1].actor == "bob" and events[-1].reason == "hurts"
+    # a late (re-sent) release of b is accepted as a message but never applied
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 99))
+    assert client.active_overlay_id == a
+
+
+def test_rollback_to_named_and_to_base(rig: Rig) -> None:
+    client = rig.client()
+    a, b, c = rig.overlay("a"), rig.overlay("b"), rig.overlay("c")
+    for ov in (a, b, c):
+        rig.publisher.release(ov, actor="x", reason="r")
+    client.sync()
+    rig.publisher.control(ControlKind.ROLLBACK, "pool-a", overlay_id=a, actor="o", reason="r")
+    client.sync()
+    assert client.active_overlay_id == a and c in client.state.revoked
+    rig.publisher.control(ControlKind.ROLLBACK, "pool-a", overlay_id="base", actor="o", reason="r")
+    client.sync()
+    assert client.active_overlay_id == "base"
+
+
+def test_rollback_of_an_overlay_leaves_control_agents_alone(rig: Rig) -> None:
+    """The live guard's rollback of a canary must not move agents kept on the parent."""
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    b = rig.overlay("b", parent=a)
+    rig.publisher.release(b, fraction=0.5, actor="x", reason="canary")
+    clients = [rig.client(f"agent-{i}") for i in range(20)]
+    for c in clients:
+        c.sync()
+    on_b = [c for c in clients if c.active_overlay_id == b]
+    assert 0 < len(on_b) < 20
+    rig.publisher.control(
+        ControlKind.ROLLBACK, "pool-a", revoke_overlay_id=b, actor="live_guard", reason="x"
+    )
+    for c in clients:
+        c.sync()
+    assert {c.active_overlay_id for c in clients} == {a}
+
+
+def test_pause_pin_resume(rig: Rig) -> None:
+    client = rig.client()
+    a, b = rig.overlay("a"), rig.overlay("b")
+    rig.publisher.release(a, actor="x", reason="r")
+    rig.publisher.control(ControlKind.PAUSE, "pool-a", actor="o", reason="incident")
+    rig.publisher.release(b, actor="x", reason="r")
+    client.sync()
+    assert client.active_overlay_id == a and client.state.pending == b
+    rig.publisher.control(ControlKind.RESUME, "pool-a", actor="o", reason="ok")
+    client.sync()
+    assert client.active_overlay_id == b
+    rig.publisher.control(ControlKind.PIN, "pool-a", overlay_id=a, actor="o", reason="known")
+    c = rig.overlay("c")
+    rig.publisher.release(c, actor="x", reason="r")
+    client.sync()
+    assert client.active_overlay_id == a and client.state.hold is Hold.PINNED
+
+
+def test_restart_without_broker_keeps_last_good_overlay_and_hwm(rig: Rig) -> None:
+    client = rig.client()
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    client.sync()
+    client.close()
+    rig.bus.offline = True
+    again = rig.client()
+    assert again.active_overlay_id == a
+    assert again.sync() == 0 and again.active_overlay_id == a
+    rig.bus.offline = False
+    assert not again.handle(RELEASE_TOPIC, rig.bus.log[0].value)  # still a replay
+    assert again.rejections == {"replay": 1}
+
+
+def test_tampered_state_file_falls_back_to_base(rig: Rig) -> None:
+    client = rig.client()
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    client.sync()
+    client.close()
+    [stored] = (rig.tmp / "agent-0" / "overlays").glob("*.envelope.json")
+    stored.write_bytes(stored.read_bytes().replace(b'"signature_b64":"', b'"signature_b64":"AA'))
+    assert rig.client().active_overlay_id == "base"
+
+
+def test_staged_rollout_cohorts_are_stable_and_nested() -> None:
+    agents = [f"agent-{i}" for i in range(400)]
+    at_10 = {a for a in agents if in_cohort(a, "ov-x", 0.1)}
+    at_50 = {a for a in agents if in_cohort(a, "ov-x", 0.5)}
+    assert at_10 <= at_50
+    assert 20 <= len(at_10) <= 60 and 160 <= len(at_50) <= 240
+    assert all(in_cohort(a, "ov-x", 1.0) for a in agents)
+
+
+def test_widening_a_release_moves_the_rest(rig: Rig) -> None:
+    a = rig.overlay("a")
+    rig.publisher.release(a, fraction=0.3, actor="x", reason="canary")
+    clients = [rig.client(f"agent-{i}") for i in range(20)]
+    for c in clients:
+        c.sync()
+    assert rig.registry.get(a).state is OverlayState.CANARY
+    assert 0 < sum(c.active_overlay_id == a for c in clients) < 20
+    rig.publisher.release(a, fraction=1.0, actor="live_guard", reason="better")
+    for c in clients:
+        c.sync()
+    assert all(c.active_overlay_id == a for c in clients)
+    assert rig.registry.get(a).state is OverlayState.ACTIVE
