@@ -37,7 +37,6 @@ DEFAULT_METADATA_INTERVAL_S = 3.0
 PRODUCER_RETRIES = 5
 # Reconnect quickly after a broker restart: kafka-python's default backoff grows to 30 s.
 RECONNECT_BACKOFF_MAX_MS = 1_000
-FETCH_MAX_WAIT_MS = 500  # kafka-python requires request_timeout_ms above this
 TOPIC_EXISTS = 36  # Kafka error code TOPIC_ALREADY_EXISTS
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -61,6 +60,10 @@ class KafkaSettings:
     bootstrap: "host:port[,host:port...]". request_timeout_ms bounds each request and the
     initial connection; poll_timeout_ms is BroadcastReader.poll's default wait; send_timeout_s
     bounds a publish (blocking for metadata, retries and the acknowledgement).
+    fetch_max_wait_ms is how long the broker may hold a fetch open when nothing is new; tansu
+    answers a held fetch only when the wait ends, so it is also the worst-case delivery delay
+    of a message that arrives meanwhile (kafka-python's default of 500 ms made a release take
+    ~255 ms to reach a fleet; 100 ms: see BENCHMARKS.md).
     """
 
     bootstrap: str
@@ -68,6 +71,7 @@ class KafkaSettings:
     request_timeout_ms: int = 10_000
     poll_timeout_ms: int = 200
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+    fetch_max_wait_ms: int = 100
 
     def __post_init__(self) -> None:
         servers = self.bootstrap_servers
@@ -85,10 +89,11 @@ class KafkaSettings:
                 )
         if not self.client_id.strip():
             raise ValueError("KafkaSettings.client_id is empty: give a name, e.g. 'harness-r1'")
-        if self.request_timeout_ms <= FETCH_MAX_WAIT_MS:
+        if not 0 <= self.fetch_max_wait_ms < self.request_timeout_ms:
             raise ValueError(
                 f"KafkaSettings.request_timeout_ms={self.request_timeout_ms} must be above "
-                f"{FETCH_MAX_WAIT_MS} ms (the fetch wait kafka-python uses); 10000 is a good value"
+                f"fetch_max_wait_ms={self.fetch_max_wait_ms} (kafka-python requires it); "
+                "10000 and 100 are good values"
             )
         if self.poll_timeout_ms < 0:
             raise ValueError(
@@ -440,7 +445,7 @@ class BroadcastReader:
                     enable_auto_commit=False,
                     auto_offset_reset="earliest",
                     allow_auto_create_topics=False,
-                    fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                    fetch_max_wait_ms=self._settings.fetch_max_wait_ms,
                 )
             present = self._consumer.topics()  # a metadata request, bounded by the request timeout
             current = {
