@@ -37,6 +37,7 @@ from harness_r1.contracts import (
     Trajectory,
 )
 from harness_r1.daemon.settings import Settings
+from harness_r1.deploy.agent import DeployedAgent
 from harness_r1.deploy.client import ClientConfig, ClientMetrics, OverlayClient
 from harness_r1.deploy.guard import GuardConfig, LiveGuard, Verdict
 from harness_r1.deploy.guard_loop import GuardLoop
@@ -45,7 +46,6 @@ from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.deploy.signing import Keyring, Signer, seal
 from harness_r1.envs import get_suite
 from harness_r1.harness import HarnessRuntime, RunConfig
-from harness_r1.harness.episode import EpisodeSpec
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
@@ -250,6 +250,7 @@ def test_no_episode_runs_under_two_overlays(deployment: Deployment) -> None:
     )
     client = deployment.client("agent-e")
     client.start(interval_ms=10)
+    agent = DeployedAgent(runtime, client)
     overlays = {}
     for i in range(6):
         record = deployment.registry.add(tagged_patch(f"t{i}"), "pool-a")
@@ -269,10 +270,7 @@ def test_no_episode_runs_under_two_overlays(deployment: Deployment) -> None:
         episode = 0
         after_last = 0
         while after_last < len(tasks) and episode < 2000:  # run on until all releases landed
-            task = tasks[episode % len(tasks)]
-            with client.lease() as lease:
-                spec = EpisodeSpec(task=task, seed=episode, hooks=lease.hooks)
-                trajectories.extend(runtime.run([spec]))
+            trajectories.extend(agent.run([(tasks[episode % len(tasks)], episode)]))
             episode += 1
             if not releaser.is_alive():
                 after_last += 1
@@ -320,29 +318,32 @@ def run_fleet_under_guard(
     guard = LiveGuard(new, control_id, GuardConfig(min_episodes=6, max_episodes=30))
     reader = BroadcastReader(deployment.kafka, [traj_topic])
     loop = GuardLoop(guard, deployment.publisher, "pool-a", reader)
-    runtimes: dict[str, HarnessRuntime] = {}
+    agents: dict[str, DeployedAgent] = {}
     published = 0
+
+    def sink(trajectory: Trajectory) -> None:
+        nonlocal published
+        publish(producer, traj_topic, trajectory.to_json_bytes(), timeout_s=10)
+        published += 1
+
     try:
         for round_ in range(guard.config.max_episodes):
             for members in cohorts:
                 client = members[round_ % len(members)]
-                agent = client.config.agent_id
-                if agent not in runtimes:
-                    config = RunConfig(agent_id=agent, max_steps=30)
-                    runtimes[agent] = HarnessRuntime(suite, ScriptedPolicy([JUNK]), root, config)
-                with client.lease() as lease:
-                    spec = EpisodeSpec(task=tasks[round_], seed=round_, hooks=lease.hooks)
-                    [trajectory] = runtimes[agent].run([spec])
-                publish(producer, traj_topic, trajectory.to_json_bytes(), timeout_s=10)
-                published += 1
+                name = client.config.agent_id
+                if name not in agents:
+                    config = RunConfig(agent_id=name, max_steps=30)
+                    runtime = HarnessRuntime(suite, ScriptedPolicy([JUNK]), root, config)
+                    agents[name] = DeployedAgent(runtime, client, sink)
+                agents[name].run([(tasks[round_], round_)])
             deadline = time.perf_counter() + 10
             while len(guard._seen) < published and time.perf_counter() < deadline:  # noqa: SLF001
                 loop.poll(timeout_ms=50)
             if loop.done:
                 break
     finally:
-        for runtime in runtimes.values():
-            runtime.close()
+        for agent in agents.values():
+            agent.runtime.close()
         producer.close(timeout=5)
         reader.close()
     return loop, clients
