@@ -1,0 +1,107 @@
+"""`harness-r1 keys` and `harness-r1 overlay`: an operator's session against the real broker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness_r1.consumers.broker import EmbeddedBroker
+from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings
+from harness_r1.contracts import ControlCommand, OverlayRelease
+from harness_r1.daemon.cli import app
+from harness_r1.deploy.signing import Keyring, open_envelope
+
+runner = CliRunner()
+REFERENCE = Path(__file__).resolve().parents[2] / "harness_r1" / "sandbox" / "reference_patches"
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def operator_env(tmp_path: Path, kafka_broker: EmbeddedBroker) -> dict[str, str]:
+    result = runner.invoke(app, ["keys", "generate", "ops-1", "--dir", str(tmp_path / "keys")])
+    assert result.exit_code == 0, result.output
+    run = uuid.uuid4().hex[:8]
+    return {
+        "HARNESS_R1_CACHE": str(tmp_path / "cache"),
+        "HARNESS_R1_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
+        "HARNESS_R1_SIGNING_KEY": str(tmp_path / "keys" / "ops-1.key"),
+        "HARNESS_R1_RELEASE_TOPIC": f"rel-{run}",
+        "HARNESS_R1_CONTROL_TOPIC": f"ctl-{run}",
+        "USER": "alice",
+    }
+
+
+def cli(env: dict[str, str], *args: str) -> str:
+    result = runner.invoke(app, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_add_release_rollback_show_diff(operator_env: dict[str, str], tmp_path: Path) -> None:
+    env = operator_env
+    a = cli(env, "overlay", "add", str(REFERENCE / "dbbench_lookup.patch"), "--target", "p1")
+    b = cli(env, "overlay", "add", str(REFERENCE / "dbbench_lookup.patch"), "--target", "p1")
+    a, b = a.strip(), b.strip()
+    cli(env, "overlay", "release", a, "--reason", "won its canary")
+    cli(env, "overlay", "release", b, "--fraction", "0.25")
+    listing = cli(env, "overlay", "list", "--target", "p1")
+    assert "active" in listing and "canary" in listing
+    cli(env, "overlay", "rollback", "--target", "p1", "--reason", "users complain")
+    shown = json.loads(cli(env, "overlay", "show", b))
+    assert shown["state"] == "rolled_back"
+    last = shown["events"][-1]
+    assert (last["actor"], last["reason"]) == ("alice", "users complain")
+    assert cli(env, "overlay", "diff", a, b).strip() == "(identical hook sources)"
+
+    keyring = Keyring.from_directory(tmp_path / "keys")
+    kafka = KafkaSettings(bootstrap=env["HARNESS_R1_KAFKA_BOOTSTRAP"])
+    topics = [env["HARNESS_R1_RELEASE_TOPIC"], env["HARNESS_R1_CONTROL_TOPIC"]]
+    with BroadcastReader(kafka, topics) as reader:
+        records = []
+        for _ in range(50):
+            records += reader.poll(100)
+            if len(records) >= 3:
+                break
+    payloads = [open_envelope(r.value, keyring) for r in records]
+    releases = [p for p in payloads if isinstance(p, OverlayRelease)]
+    [command] = [p for p in payloads if isinstance(p, ControlCommand)]
+    assert [(r.overlay_id, r.seq, r.rollout_fraction) for r in releases] == [
+        (a, 1, 1.0),
+        (b, 2, 0.25),
+    ]
+    assert (command.revoke_overlay_id, command.actor) == (b, "alice")
+
+
+def test_add_refuses_a_patch_the_sandbox_rejects(
+    operator_env: dict[str, str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(
+            {
+                "env": "dbbench",
+                "description": "imports os",
+                "hooks": [
+                    {
+                        "hook": "pre_action",
+                        "code": "import os\ndef hook(ctx, state):\n    return None\n",
+                    }
+                ],
+            }
+        )
+    )
+    result = runner.invoke(app, ["overlay", "add", str(bad), "--target", "p1"], env=operator_env)
+    assert result.exit_code == 1
+    assert "rejected" in result.output
+
+
+def test_publishing_commands_need_brokers_and_a_key(tmp_path: Path) -> None:
+    env = {"HARNESS_R1_CACHE": str(tmp_path)}
+    result = runner.invoke(app, ["overlay", "pause", "--target", "p1"], env=env)
+    assert result.exit_code != 0
+    assert "HARNESS_R1_KAFKA_BOOTSTRAP" in result.output
