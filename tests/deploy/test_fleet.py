@@ -353,6 +353,7 @@ def test_live_guard_promotes_an_overlay_that_raises_success(deployment: Deployme
     explorer = reference_patches("alfworld")["alfworld_explorer"]
     new = deployment.registry.add(explorer, "pool-a").overlay_id
     loop, clients = run_fleet_under_guard(deployment, None, new)
+    print("live guard:", loop.decision.summary() if loop.decision else None)
     assert loop.decision is not None and loop.decision.verdict is Verdict.PROMOTE, loop.decision
     sync_until(clients, lambda c: c.active_overlay_id == new)
     assert deployment.registry.get(new).state is OverlayState.ACTIVE
@@ -371,6 +372,7 @@ def test_live_guard_rolls_back_an_overlay_that_lowers_success(deployment: Deploy
     )
     new = deployment.registry.add(harmful, "pool-a", parent_overlay_id=control).overlay_id
     loop, clients = run_fleet_under_guard(deployment, control, new)
+    print("live guard:", loop.decision.summary() if loop.decision else None)
     decision = loop.decision
     assert decision is not None and decision.verdict is Verdict.ROLLBACK, decision
     assert decision.reason == "live_guard"
