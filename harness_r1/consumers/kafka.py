@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.structs import OffsetAndMetadata
 
 DEFAULT_SEND_TIMEOUT_S = 10.0
 DEFAULT_METADATA_INTERVAL_S = 3.0
@@ -390,10 +391,20 @@ class BroadcastReader:
         positions: Mapping[str, int] | None = None,
         *,
         metadata_interval_s: float = DEFAULT_METADATA_INTERVAL_S,
+        commit_group: str | None = None,
+        owns: Callable[[str, int], bool] | None = None,
+        max_poll_records: int = 500,
     ) -> None:
+        """commit_group: the group id `commit()` stores offsets under (no group membership:
+        partitions are still assigned, so there is no join and no rebalance). owns: which
+        partitions this reader takes (default all): how several daemon workers split a topic
+        without a consumer group, e.g. `lambda topic, p: p % workers == index`."""
         if metadata_interval_s <= 0:
             raise ValueError(f"metadata_interval_s must be > 0 seconds, got {metadata_interval_s}")
         self._settings = settings
+        self._commit_group = commit_group
+        self._owns = owns or (lambda topic, partition: True)
+        self._max_poll_records = max_poll_records
         self._topics = tuple(_check_topic_names(topics))
         self._next = parse_positions(positions or {}, self._topics)
         self._interval_s = metadata_interval_s
@@ -441,8 +452,9 @@ class BroadcastReader:
             if self._consumer is None:
                 self._consumer = _Consumer(
                     **_client_config(self._settings),
-                    group_id=None,
+                    group_id=self._commit_group,
                     enable_auto_commit=False,
+                    max_poll_records=self._max_poll_records,
                     auto_offset_reset="earliest",
                     allow_auto_create_topics=False,
                     fetch_max_wait_ms=self._settings.fetch_max_wait_ms,
@@ -453,6 +465,7 @@ class BroadcastReader:
                 for topic in self._topics
                 if topic in present
                 for part in (self._consumer.partitions_for_topic(topic) or ())
+                if self._owns(topic, part)
             }
             if current != self._assigned:
                 self._reassign(frozenset(current))
@@ -502,6 +515,38 @@ class BroadcastReader:
         if records:
             self._ok()
         return records
+
+    def commit(self, timeout_ms: int | None = None) -> bool:
+        """Store positions() as the commit_group's committed offsets (for lag tools and as a
+        fallback start point). Never raises; False when it failed or there is no group."""
+        if self._consumer is None or self._commit_group is None or not self._next:
+            return False
+        offsets = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in self._next.items()}
+        try:
+            self._consumer.commit(
+                offsets, timeout_ms=timeout_ms or self._settings.request_timeout_ms
+            )
+        except (KafkaError, OSError) as exc:
+            self._failed(exc)
+            return False
+        return True
+
+    def lag(self, timeout_ms: int | None = None) -> dict[str, int]:
+        """Records behind the end of the log, per topic (empty when the broker is away)."""
+        if self._consumer is None or not self._assigned:
+            return {}
+        try:
+            ends = self._consumer.end_offsets(
+                sorted(self._assigned), timeout_ms=timeout_ms or self._settings.request_timeout_ms
+            )
+        except (KafkaError, OSError) as exc:
+            self._failed(exc)
+            return {}
+        lag: dict[str, int] = {}
+        for tp, end in ends.items():
+            behind = max(0, int(end) - self._next.get(TopicPartition(tp.topic, tp.partition), 0))
+            lag[tp.topic] = lag.get(tp.topic, 0) + behind
+        return lag
 
     def _ok(self) -> None:
         self._connected = True

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness_r1.contracts import CanaryReport, CandidateResult, Patch
+from harness_r1.contracts import CanaryReport, Patch
 from harness_r1.envs import get_suite
 from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
@@ -24,13 +24,8 @@ from harness_r1.sandbox.canary import (
     Candidate,
 )
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
-from harness_r1.sandbox.gate import (
-    GateConfig,
-    GateDecision,
-    PairedOutcome,
-    decide,
-    reject_unevaluated,
-)
+from harness_r1.sandbox.gate import GateConfig, GateDecision
+from harness_r1.sandbox.gated import run_gated
 from harness_r1.sandbox.patchfile import PatchFileError, load_patch_file
 from harness_r1.sandbox.static import check_patch
 
@@ -88,10 +83,6 @@ def load_candidates(paths: list[Path], env: str) -> list[Candidate]:
     return candidates
 
 
-def _pairs(result: CandidateResult) -> list[PairedOutcome]:
-    return [PairedOutcome(**p.model_dump()) for p in result.pairs]
-
-
 def run_canary(
     request: CanaryRequest, data_root: Path, console: Console
 ) -> tuple[CanaryReport, CanaryReport | None, dict[str, GateDecision]]:
@@ -123,25 +114,16 @@ def run_canary(
     try:
         seeds = tuple(request.seed + i for i in range(len(tasks)))
         console.print(f"canary batch: {len(tasks)} tasks x {len(candidates)} candidates")
-        report = runner.evaluate(CanaryBatch(request.env, tuple(tasks), seeds), candidates)
-        guard = None
+        guard_batch = None
         if guard_tasks:
             console.print(f"guard set: {len(guard_tasks)} tasks")
             guard_seeds = tuple(request.seed + 10_000 + i for i in range(len(guard_tasks)))
             guard_batch = CanaryBatch(request.env, tuple(guard_tasks), guard_seeds)
-            guard = runner.evaluate(guard_batch, candidates)
+        batch = CanaryBatch(request.env, tuple(tasks), seeds)
+        gated = run_gated(runner, batch, guard_batch, candidates, request.gate)
     finally:
         runtime.close()
-    decisions = {}
-    guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
-    for result in report.candidates:
-        if result.status != "evaluated":
-            reason = f"{result.status}: {result.invalid_reason}"
-            decisions[result.candidate_id] = reject_unevaluated(reason)
-            continue
-        guard_result = guard_by_id.get(result.candidate_id)
-        guard_pairs = _pairs(guard_result) if guard_result else None
-        decisions[result.candidate_id] = decide(_pairs(result), guard_pairs, request.gate)
+    report, guard, decisions = gated.report, gated.guard, gated.decisions
     if request.out is not None:
         request.out.parent.mkdir(parents=True, exist_ok=True)
         body = {

@@ -135,34 +135,43 @@ class LiveGuard:
     def decide(self) -> GuardDecision:
         new = self._arms.get(self.overlay_id, _Arm())
         old = self._arms.get(self.control_id, _Arm())
-        prior = (self.config.prior_successes, self.config.prior_failures)
-        p_better = probability_better(
-            new.successes, new.episodes, old.successes, old.episodes, prior
-        )
-        # continuous posteriors: P(new == old) is 0, so P(old better) is the complement
-        verdict, reason = self._verdict(new, old, p_better, 1.0 - p_better)
-        return GuardDecision(
-            verdict=verdict,
-            reason=reason,
-            overlay_id=self.overlay_id,
-            control_id=self.control_id,
-            episodes_new=new.episodes,
-            successes_new=new.successes,
-            episodes_control=old.episodes,
-            successes_control=old.successes,
-            p_better=p_better,
+        return judge(
+            self.overlay_id,
+            self.control_id,
+            (new.episodes, new.successes),
+            (old.episodes, old.successes),
+            self.config,
         )
 
-    def _verdict(
-        self, new: _Arm, old: _Arm, p_better: float, p_old_better: float
-    ) -> tuple[Verdict, str]:
-        config = self.config
-        if min(new.episodes, old.episodes) < config.min_episodes:
-            return Verdict.CONTINUE, ""
-        if p_old_better >= config.rollback_probability:
-            return Verdict.ROLLBACK, "live_guard"
-        if p_better >= config.promote_probability:
-            return Verdict.PROMOTE, ""
-        if min(new.episodes, old.episodes) >= config.max_episodes:
-            return Verdict.ROLLBACK, "live_guard_inconclusive"
-        return Verdict.CONTINUE, ""
+
+def judge(
+    overlay_id: str,
+    control_id: str,
+    new: tuple[int, int],
+    old: tuple[int, int],
+    config: GuardConfig,
+) -> GuardDecision:
+    """The verdict from (episodes, successes) per arm: what the daemon calls with counts read
+    from its store, and what LiveGuard calls with the trajectories it observed."""
+    prior = (config.prior_successes, config.prior_failures)
+    p_better = probability_better(new[1], new[0], old[1], old[0], prior)
+    verdict, reason = Verdict.CONTINUE, ""
+    # continuous posteriors: P(new == old) is 0, so P(old better) is the complement
+    if min(new[0], old[0]) >= config.min_episodes:
+        if 1.0 - p_better >= config.rollback_probability:
+            verdict, reason = Verdict.ROLLBACK, "live_guard"
+        elif p_better >= config.promote_probability:
+            verdict = Verdict.PROMOTE
+        elif min(new[0], old[0]) >= config.max_episodes:
+            verdict, reason = Verdict.ROLLBACK, "live_guard_inconclusive"
+    return GuardDecision(
+        verdict=verdict,
+        reason=reason,
+        overlay_id=overlay_id,
+        control_id=control_id,
+        episodes_new=new[0],
+        successes_new=new[1],
+        episodes_control=old[0],
+        successes_control=old[1],
+        p_better=p_better,
+    )

@@ -68,16 +68,23 @@ class GuardLoop:
         return self.feed(parsed)
 
     def _act(self, decision: GuardDecision) -> None:
-        overlay = decision.overlay_id
-        if decision.verdict is Verdict.PROMOTE:
-            self.publisher.release(overlay, fraction=1.0, actor=ACTOR, reason=decision.summary())
-        else:
-            self.publisher.control(
-                ControlKind.ROLLBACK,
-                self.target,
-                actor=ACTOR,
-                reason=f"{decision.reason}: {decision.summary()}",
-                revoke_overlay_id=overlay,
-            )
+        enact(decision, self.publisher, self.target)
         self.decision = decision
-        log.info("live_guard_decided", overlay_id=overlay, decision=decision.summary())
+
+
+def enact(decision: GuardDecision, publisher: Publisher, target: str) -> None:
+    """Publish what a decided verdict means: a full release, or a rollback of the overlay."""
+    overlay = decision.overlay_id
+    if decision.verdict is Verdict.PROMOTE:
+        publisher.release(overlay, fraction=1.0, actor=ACTOR, reason=decision.summary())
+    elif decision.verdict is Verdict.ROLLBACK:
+        publisher.control(
+            ControlKind.ROLLBACK,
+            target,
+            actor=ACTOR,
+            reason=f"{decision.reason}: {decision.summary()}",
+            revoke_overlay_id=overlay,
+        )
+    else:
+        return
+    log.info("live_guard_decided", overlay_id=overlay, decision=decision.summary())

@@ -1,0 +1,62 @@
+"""A candidate group through the canary and the promotion gate in one call.
+
+Shared by `harness-r1 canary` and the daemon, so both decide with the same rule: the batch run
+(paired, shared baseline) gives each candidate's delta; a guard run on other tasks gives the
+regression check; `gate.decide` turns both into promote / reject with its numbers. A candidate
+the canary did not evaluate (invalid, refused) is rejected with the canary's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from harness_r1.contracts import CanaryReport, CandidateResult
+from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.gate import (
+    GateConfig,
+    GateDecision,
+    PairedOutcome,
+    decide,
+    reject_unevaluated,
+)
+
+
+class Evaluator(Protocol):
+    """What is needed of a runner (`sandbox.canary.CanaryRunner` is one)."""
+
+    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport: ...
+
+
+@dataclass(frozen=True)
+class GatedReport:
+    report: CanaryReport
+    guard: CanaryReport | None
+    decisions: dict[str, GateDecision]
+
+
+def pairs_of(result: CandidateResult) -> list[PairedOutcome]:
+    return [PairedOutcome(**p.model_dump()) for p in result.pairs]
+
+
+def run_gated(
+    runner: Evaluator,
+    batch: CanaryBatch,
+    guard_batch: CanaryBatch | None,
+    candidates: Sequence[Candidate],
+    gate: GateConfig,
+) -> GatedReport:
+    report = runner.evaluate(batch, candidates)
+    guard = runner.evaluate(guard_batch, candidates) if guard_batch is not None else None
+    guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
+    decisions: dict[str, GateDecision] = {}
+    for result in report.candidates:
+        if result.status != "evaluated":
+            reason = f"{result.status}: {result.invalid_reason}"
+            decisions[result.candidate_id] = reject_unevaluated(reason)
+            continue
+        guard_result = guard_by_id.get(result.candidate_id)
+        guard_pairs = pairs_of(guard_result) if guard_result else None
+        decisions[result.candidate_id] = decide(pairs_of(result), guard_pairs, gate)
+    return GatedReport(report, guard, decisions)
