@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness_r1.daemon.config_commands import config_app
 from harness_r1.daemon.overlay_commands import keys_app, overlay_app
 from harness_r1.daemon.train_commands import train_app
 
@@ -29,6 +30,7 @@ app.add_typer(engineer_app, name="engineer")
 app.add_typer(train_app, name="train")
 app.add_typer(overlay_app, name="overlay")
 app.add_typer(keys_app, name="keys")
+app.add_typer(config_app, name="config")
 console = Console(stderr=True)
 
 
@@ -281,6 +283,31 @@ def demo(
     for env, tasks, before, after in summary:
         table.add_row(env, str(tasks), f"{before:.0%}", f"{after:.0%}")
     Console(width=200).print(table)
+
+
+@app.command("run")
+def run_daemon(
+    config: Annotated[
+        Path | None, typer.Option(help="YAML settings file (HARNESS_R1_* env overrides it).")
+    ] = None,
+) -> None:
+    """The production entry point: the daemon against the configured Kafka and state store.
+
+    SIGTERM or Ctrl-C drains in-flight work and exits."""
+    from harness_r1.daemon.observability import configure_logging
+    from harness_r1.daemon.settings import load_settings
+    from harness_r1.daemon.wiring import build_daemon
+
+    settings = load_settings(config)
+    configure_logging(settings.metrics.log_format, settings.metrics.log_level)
+    built = build_daemon(settings)
+    built.health.start()
+    console.print(f"metrics and health on http://{settings.metrics.host}:{built.health.port}")
+    try:
+        built.daemon.run_forever()
+    finally:
+        built.health.stop()
+        built.close()
 
 
 def main() -> None:

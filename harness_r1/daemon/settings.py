@@ -1,17 +1,427 @@
-"""Settings: read once at the entry point (`HARNESS_R1_*`), passed down as plain objects."""
+"""Settings: read once at the entry point, passed down as plain objects.
+
+Sources, highest priority first: keyword arguments, `HARNESS_R1_*` environment variables
+(nested groups with `__`, e.g. `HARNESS_R1_LOOP__BATCH_SIZE=16`), a YAML file
+(`Settings.from_file(path)` or `HARNESS_R1_CONFIG=path`), then the defaults below. Sources
+merge field by field, so a YAML file can hold the deployment's settings and one environment
+variable can still override a single nested value.
+
+The flat fields (data, cache, state_url, kafka_bootstrap, topics, keys) predate the nested
+groups and keep their names and `HARNESS_R1_<FIELD>` variables; the CLI reads them today.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from harness_r1.envs.data import default_data_root
 
+ENV_PREFIX = "HARNESS_R1_"
+CONFIG_ENV = "HARNESS_R1_CONFIG"
+MASK = "**********"
+
+# The YAML file of the Settings being built: `from_file` sets it for the duration of one
+# construction (a ContextVar, so concurrent constructions in threads do not see each other's).
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("harness_r1_config_file", default=None)
+# Flat path fields: relative values in a YAML file are relative to the file, not to the
+# working directory of whoever starts the daemon.
+_PATH_FIELDS = ("data", "cache", "signing_key", "keys_dir")
+
+
+class SettingsError(SystemExit):
+    """Settings that cannot be used. A SystemExit so an entry point that does not catch it
+    still stops with the message (and no traceback); `problems` holds one line per bad field."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems = list(problems)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _lower(value: Any) -> Any:
+    """Choices are lower case; accept `JSON` or `Info` from an environment variable."""
+    return value.lower() if isinstance(value, str) else value
+
+
+class _Group(BaseModel):
+    """A nested settings group. Unknown keys are errors: a misspelt YAML key or
+    `HARNESS_R1_LOOP__BATCH_SZIE` would otherwise be ignored without a word."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaOptions(_Group):
+    """The daemon's Kafka clients (the brokers themselves are `kafka_bootstrap`)."""
+
+    group_id: str = Field(
+        default="harness-r1-daemon",
+        min_length=1,
+        description="Consumer group of the daemon's trajectory consumer; daemons sharing it "
+        "split the partitions between them.",
+    )
+    client_id: str = Field(
+        default="harness-r1-daemon",
+        min_length=1,
+        description="Client id in broker logs and quotas.",
+    )
+    request_timeout_ms: int = Field(
+        default=10_000, ge=1, description="Bound on each broker request and the bootstrap."
+    )
+    poll_timeout_ms: int = Field(
+        default=1_000,
+        ge=0,
+        description="How long one poll waits for records; also how quickly the loop notices "
+        "a stop request when the topic is quiet.",
+    )
+    commit_timeout_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="Bound on an offset commit; a commit that times out is retried, the "
+        "records stay uncommitted (at-least-once).",
+    )
+    max_poll_records: int = Field(
+        default=500, ge=1, description="Records per poll at most (one unit of commit work)."
+    )
+    dead_letter_topic: str = Field(
+        default="harness-r1.dead-letter",
+        min_length=1,
+        description="Where records that cannot be parsed or processed go, with the reason.",
+    )
+    events_topic: str = Field(
+        default="harness-r1.events",
+        min_length=1,
+        description="Loop events (packets, candidates, gate decisions) for other consumers.",
+    )
+    canary_topic: str = Field(
+        default="harness-r1.canary-work",
+        min_length=1,
+        description="Canary work items leased by canary workers.",
+    )
+    sasl_password: SecretStr | None = Field(
+        default=None,
+        description="SASL password when the brokers require it; never logged or shown.",
+    )
+    backoff_initial_s: float = Field(
+        default=0.5, gt=0, description="First wait after a broker error; doubles per retry."
+    )
+    backoff_max_s: float = Field(
+        default=30.0, gt=0, description="Longest wait between retries after broker errors."
+    )
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> Self:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError(
+                f"backoff_max_s={self.backoff_max_s} is below backoff_initial_s="
+                f"{self.backoff_initial_s}; make backoff_max_s >= backoff_initial_s "
+                "(e.g. 0.5 and 30)"
+            )
+        return self
+
+
+EngineerBackend = Annotated[
+    Literal["template", "smollm2", "openai", "vllm"], BeforeValidator(_lower)
+]
+TargetPolicy = Annotated[Literal["smollm2", "openai", "scripted"], BeforeValidator(_lower)]
+LogFormat = Annotated[Literal["json", "console"], BeforeValidator(_lower)]
+LogLevel = Annotated[
+    Literal["debug", "info", "warning", "error", "critical"], BeforeValidator(_lower)
+]
+
+
+class LoopOptions(_Group):
+    """The improvement loop: failures are batched into packets, the engineer proposes K
+    candidate patches per packet, each is canaried and gated, winners are released."""
+
+    batch_size: int = Field(
+        default=8, ge=1, description="B: failures per batch; a full batch becomes a packet."
+    )
+    batch_window_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="T: seconds a batch stays open; a batch closes at B failures or after T.",
+    )
+    k: int = Field(default=4, ge=1, description="K: candidate patches the engineer samples.")
+    max_pending_batches: int = Field(
+        default=16,
+        ge=1,
+        description="Back-pressure bound: closed batches waiting for canaries; at the bound "
+        "the consumer pauses instead of buffering without limit.",
+    )
+    canary_workers: int = Field(
+        default=1, ge=1, description="Canary evaluations running at once in this process."
+    )
+    canary_lease_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long a canary worker owns a work item before another may take it.",
+    )
+    engineer_backend: EngineerBackend = Field(
+        default="template",
+        description="template (no model, deterministic), smollm2 (embedded), openai "
+        "(an OpenAI-compatible server at engineer_url) or vllm (in-process).",
+    )
+    engineer_url: str | None = Field(
+        default=None, description="Base URL of the engineer's OpenAI-compatible server."
+    )
+    engineer_model: str | None = Field(
+        default=None, description="Engineer model name (openai) or path (vllm)."
+    )
+    engineer_api_key: SecretStr | None = Field(
+        default=None, description="API key of the engineer's server; never logged or shown."
+    )
+    target_policy: TargetPolicy = Field(
+        default="smollm2",
+        description="The frozen target the canaries run: smollm2 (embedded), openai (server "
+        "at target_url) or scripted (deterministic, for tests).",
+    )
+    target_url: str | None = Field(
+        default=None, description="Base URL of the target's OpenAI-compatible server."
+    )
+    target_model: str | None = Field(
+        default=None, description="Target model name on that server (openai)."
+    )
+    target_api_key: SecretStr | None = Field(
+        default=None, description="API key of the target's server; never logged or shown."
+    )
+    max_steps: int | None = Field(
+        default=None, ge=1, description="Episode step limit (default: each env's own)."
+    )
+    history_turns: int = Field(
+        default=6, ge=0, description="Past exchanges the target sees in its prompt."
+    )
+    guard_limit: int = Field(
+        default=20,
+        ge=0,
+        description="Tasks in the gate's guard set (tasks that already succeed, re-run to "
+        "catch regressions).",
+    )
+    rollout_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Share of the pool's agents a staged release goes to; the rest are the "
+        "live guard's control cohort, so it must stay below 1.",
+    )
+    release_target: str = Field(
+        default="default", min_length=1, description="Agent pool the releases are for."
+    )
+
+    @model_validator(mode="after")
+    def _servers_named(self) -> Self:
+        for role, choice in (
+            ("engineer", self.engineer_backend),
+            ("target", self.target_policy),
+        ):
+            url, model = getattr(self, f"{role}_url"), getattr(self, f"{role}_model")
+            if choice == "openai" and not (url and model):
+                raise ValueError(
+                    f"{role} 'openai' needs {role}_url and {role}_model: set "
+                    f"HARNESS_R1_LOOP__{role.upper()}_URL and "
+                    f"HARNESS_R1_LOOP__{role.upper()}_MODEL (or loop.{role}_url and "
+                    f"loop.{role}_model in the YAML)"
+                )
+        return self
+
+
+class SchedulerOptions(_Group):
+    """Periodic jobs: GRPO updates of the engineer, the live guard, retention, flushes."""
+
+    jobstore_url: str | None = Field(
+        default=None,
+        min_length=1,
+        description="SQLAlchemy URL of the job store (default: the state store's URL).",
+    )
+    grpo_min_groups: int = Field(
+        default=8,
+        ge=1,
+        description="N: scored candidate groups needed before a GRPO update runs.",
+    )
+    grpo_cron: str | None = Field(
+        default=None,
+        description="When GRPO updates may run, crontab syntax ('0 3 * * *' = 03:00 daily); "
+        "unset: whenever grpo_min_groups are ready.",
+    )
+    guard_interval_s: float = Field(
+        default=30.0, gt=0, description="Seconds between live-guard evaluations."
+    )
+    retention_days: int = Field(
+        default=30, ge=1, description="Days trajectories and packets are kept in the store."
+    )
+    flush_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between flushes of buffered state (open batches, metrics).",
+    )
+
+    @field_validator("grpo_cron")
+    @classmethod
+    def _crontab(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if not value:
+            raise ValueError("empty; give crontab syntax like '0 3 * * *', or leave it unset")
+        _check_crontab(value)
+        return value
+
+
+def _check_crontab(value: str) -> None:
+    """APScheduler's own parser when it is installed (the scheduler that will run the job);
+    otherwise the one check that needs no parser: five fields."""
+    hint = "write 'minute hour day month weekday', e.g. '0 3 * * *' for 03:00 daily"
+    try:
+        from apscheduler.triggers.cron import CronTrigger
+    except ImportError:
+        if len(value.split()) != 5:
+            raise ValueError(
+                f"{value!r} has {len(value.split())} fields, crontab needs 5: {hint}"
+            ) from None
+        return
+    try:
+        CronTrigger.from_crontab(value)
+    except ValueError as err:
+        raise ValueError(f"{value!r} is not crontab syntax ({err}): {hint}") from err
+
+
+class GuardOptions(_Group):
+    """The live guard after a staged release (see harness_r1/deploy/guard.py for the rule)."""
+
+    min_episodes: int = Field(
+        default=20, ge=1, description="Episodes per arm before the guard may decide."
+    )
+    max_episodes: int = Field(
+        default=400,
+        ge=1,
+        description="Episodes per arm after which an undecided release is rolled back "
+        "(inconclusive is not promoted).",
+    )
+    promote_probability: float = Field(
+        default=0.99,
+        gt=0.5,
+        lt=1,
+        description="P(new > control) that promotes; the test re-runs after every batch, so "
+        "keep it high (0.95 rolled back equal arms 23% of the time).",
+    )
+    rollback_probability: float = Field(
+        default=0.99, gt=0.5, lt=1, description="P(new < control) that rolls back."
+    )
+
+    @model_validator(mode="after")
+    def _episode_order(self) -> Self:
+        if self.max_episodes < self.min_episodes:
+            raise ValueError(
+                f"max_episodes={self.max_episodes} is below min_episodes={self.min_episodes}; "
+                "make max_episodes >= min_episodes (e.g. 20 and 400)"
+            )
+        return self
+
+
+class MetricsOptions(_Group):
+    """Where /metrics, /healthz and /readyz listen, and how logs are written."""
+
+    host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Listen address; 0.0.0.0 to be scraped from other hosts.",
+    )
+    port: int = Field(default=9464, ge=0, le=65535, description="Listen port; 0 picks a free one.")
+    log_format: LogFormat = Field(
+        default="json", description="json: one JSON object a line; console: for a terminal."
+    )
+    log_level: LogLevel = Field(default="info", description="Least severe level written.")
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """The YAML file as one source among the others, below the environment."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self._data = read_config_file(path) if path is not None else {}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The YAML mapping in `path`, with relative path fields made relative to the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SettingsError(
+            f"cannot read config file {path}: {err.strerror or err}; give an existing YAML "
+            f"file (--config or {CONFIG_ENV})"
+        ) from err
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SettingsError(f"config file {path} is not valid YAML: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(
+            f"config file {path} holds a {type(data).__name__}, not a mapping; write "
+            "'key: value' lines, e.g. 'loop:\\n  batch_size: 8'"
+        )
+    for name in _PATH_FIELDS:
+        value = data.get(name)
+        if isinstance(value, str):
+            resolved = Path(value).expanduser()
+            data[name] = str(resolved if resolved.is_absolute() else path.parent / resolved)
+    return data
+
+
+def _config_path() -> Path | None:
+    explicit = _CONFIG_FILE.get()
+    if explicit is not None:
+        return explicit
+    from_env = os.environ.get(CONFIG_ENV)
+    return Path(from_env).expanduser() if from_env else None
+
+
+@contextmanager
+def _config_file(path: Path) -> Iterator[None]:
+    token = _CONFIG_FILE.set(path)
+    try:
+        yield
+    finally:
+        _CONFIG_FILE.reset(token)
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HARNESS_R1_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid"
+    )
 
     data: Path | None = Field(
         default=None,
@@ -40,18 +450,59 @@ class Settings(BaseSettings):
         default=None, description="Directory of trusted <key_id>.pub files (verification)."
     )
 
+    kafka: KafkaOptions = Field(default_factory=KafkaOptions, description="Kafka clients.")
+    loop: LoopOptions = Field(default_factory=LoopOptions, description="The improvement loop.")
+    scheduler: SchedulerOptions = Field(
+        default_factory=SchedulerOptions, description="Periodic jobs."
+    )
+    guard: GuardOptions = Field(default_factory=GuardOptions, description="The live guard.")
+    metrics: MetricsOptions = Field(
+        default_factory=MetricsOptions, description="Metrics and health endpoints, logging."
+    )
+
     @field_validator("data")
     @classmethod
     def _exists(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_dir():
-            raise ValueError(f"HARNESS_R1_DATA={value} is not a directory; point it at a data root")
+            raise ValueError(
+                f"{value} is not a directory; point it at a data root with alfworld/, "
+                "dbbench/, webshop/"
+            )
         return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """init > environment > YAML > defaults; no .env or secrets-dir sources, so what is in
+        effect is exactly what `harness-r1 config show` can explain."""
+        return init_settings, env_settings, _YamlSource(settings_cls, _config_path())
+
+    @classmethod
+    def from_file(cls, path: Path, **overrides: Any) -> Self:
+        """Settings with `path` as the YAML source (it takes the place of HARNESS_R1_CONFIG);
+        the environment and `overrides` still win over the file."""
+        with _config_file(path):
+            return cls(**overrides)
+
+    def masked(self) -> dict[str, Any]:
+        """The effective settings, JSON-ready: secrets as `**********`, paths as strings."""
+        return self.model_dump(mode="json")
 
     def registry_url(self) -> str:
         if self.state_url:
             return self.state_url
         self.cache.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{self.cache / 'state.db'}"
+
+    def jobstore_url(self) -> str:
+        """The scheduler's job store: its own URL, or the state store's."""
+        return self.scheduler.jobstore_url or self.registry_url()
 
     def require_bootstrap(self) -> str:
         if not self.kafka_bootstrap:
@@ -76,3 +527,113 @@ class Settings(BaseSettings):
                 "`harness-r1 data fetch ENV` (default location ../shared/benchmarks)"
             )
         return root
+
+
+def load_settings(config: Path | None = None) -> Settings:
+    """Settings for an entry point: every bad value at once, each with where to fix it."""
+    try:
+        return Settings.from_file(config) if config is not None else Settings()
+    except ValidationError as err:
+        problems = [describe_error(error) for error in err.errors()]
+        source = config if config is not None else _config_path()
+        where = f" (config file {source})" if source is not None else ""
+        header = f"invalid settings{where}:"
+        raise SettingsError("\n".join([header, *(f"  {p}" for p in problems)]), problems) from None
+
+
+# Bounds on a value that parsed as a number: shown unquoted even when it came as a string.
+_NUMERIC = ("greater_than_equal", "greater_than", "less_than_equal", "less_than")
+_PHRASES = {
+    "greater_than_equal": "must be >= {ge}",
+    "greater_than": "must be > {gt}",
+    "less_than_equal": "must be <= {le}",
+    "less_than": "must be < {lt}",
+    "literal_error": "must be one of {expected}",
+    "int_parsing": "must be an integer",
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "model_type": "must be a mapping of settings (a YAML section)",
+    "model_attributes_type": "must be a mapping of settings (a YAML section)",
+    "missing": "is required",
+}
+
+
+def describe_error(error: ErrorDetails) -> str:
+    """`loop.batch_size: must be >= 1 (got 0); set HARNESS_R1_LOOP__BATCH_SIZE or
+    loop.batch_size in the YAML`: the field, what is wrong, and the two places to fix it."""
+    parts = [str(part) for part in error["loc"]]
+    dotted = ".".join(parts)
+    env = ENV_PREFIX + "__".join(parts).upper()
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = ", ".join(_known_keys(parts[:-1])) or "none"
+        return (
+            f"{dotted}: unknown setting; remove {env} or {dotted} from the YAML, or fix the "
+            f"spelling (known here: {known})"
+        )
+    if kind in ("value_error", "assertion_error"):
+        message = str(error.get("ctx", {}).get("error", error["msg"]))
+    elif kind == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
+        message = f"must not be empty (got {_shown(parts, error['input'])})"
+    else:
+        phrase = _PHRASES.get(kind)
+        message = (
+            phrase.format(**error.get("ctx", {}))
+            if phrase is not None
+            else error["msg"][:1].lower() + error["msg"][1:]
+        )
+        if kind != "missing":
+            message += f" (got {_shown(parts, error['input'], quote=kind not in _NUMERIC)})"
+    if _group_of(parts) is not None:
+        hint = f"fix {env}__* or the {dotted} section of the YAML"
+    else:
+        hint = f"set {env} or {dotted} in the YAML"
+    return f"{dotted}: {message}; {hint}" if parts else f"{message}; {hint}"
+
+
+def _model_at(parts: Sequence[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Settings
+    for part in parts:
+        field = model.model_fields.get(part)
+        group = _model_class(field.annotation) if field is not None else None
+        if group is None:
+            return None
+        model = group
+    return model
+
+
+def _group_of(parts: Sequence[str]) -> type[BaseModel] | None:
+    return _model_at(parts) if parts else None
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _known_keys(parts: Sequence[str]) -> list[str]:
+    model = _model_at(parts)
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _is_secret(parts: Sequence[str]) -> bool:
+    model = _model_at(parts[:-1])
+    field = model.model_fields.get(parts[-1]) if model is not None and parts else None
+    if field is None:
+        return False
+    return field.annotation is SecretStr or SecretStr in get_args(field.annotation)
+
+
+def _shown(parts: Sequence[str], value: Any, quote: bool = True) -> str:
+    """The offending value as it would be written, masked for secrets, cut when long; a number
+    read from an environment variable arrives as a string and is shown as the number."""
+    if _is_secret(parts):
+        return MASK
+    text = repr(value) if quote and isinstance(value, str) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."

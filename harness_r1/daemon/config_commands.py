@@ -1,0 +1,43 @@
+"""`harness-r1 config show`: the settings in effect, after every source has been merged.
+
+Settings come from keyword arguments, HARNESS_R1_* variables, a YAML file and defaults; when
+the daemon does something unexpected, the first question is which value won. Secrets are
+printed as `**********`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+config_app = typer.Typer(no_args_is_help=True, help="Settings: what is in effect.")
+
+
+@config_app.callback()
+def _config() -> None:
+    """Settings: what is in effect (YAML file < HARNESS_R1_* environment)."""
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="YAML settings file (default: $HARNESS_R1_CONFIG, if set).",
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Print the effective settings as JSON; exit 2 naming each bad value and where to fix it."""
+    from harness_r1.daemon.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(config)
+    except SettingsError as err:
+        typer.echo(err.message, err=True)
+        raise typer.Exit(2) from err
+    typer.echo(json.dumps(settings.masked(), indent=2))

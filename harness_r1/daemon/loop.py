@@ -1,0 +1,419 @@
+"""The continual-improvement loop: failure batch -> packet -> K proposals -> sandbox + canary
+-> gate -> registry -> signed staged release -> GRPO group; and the live guard on what was
+released.
+
+Everything between two steps is in the state store, so any step can crash and be redone:
+- `flush` seals buffered failures into batches (B failures, or T seconds since the oldest),
+  but only while fewer than `max_pending_batches` wait: when canaries fall behind, failures
+  stay buffered (bounded queue, nothing dropped) until workers catch up;
+- `work_once` claims one batch under a lease (several workers, and several daemons sharing
+  PostgreSQL, never take the same one; an expired lease is taken over after a crash),
+  processes it and finishes it. An infrastructure failure (the target or the engineer
+  unreachable, a broken env) puts the batch back for a retry, never turns into a reward; after
+  `max_attempts` it is marked failed with the error;
+- `guard_once` judges every overlay in canary state from live success counts in the store and
+  promotes it to all agents or rolls it back (deploy.guard).
+Canary work is shared between daemon workers through the store's leased claims rather than
+a Kafka consumer group (the issue allows either): a lease gives crash recovery for free, and
+consumer-group joins cost ~23 s on tansu (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from harness_r1.consumers.packets import PacketConfig, build_packet
+from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
+from harness_r1.daemon.proposers import Proposer
+from harness_r1.daemon.store import Batch, CandidateRow, StateStore
+from harness_r1.deploy.guard import GuardConfig, GuardDecision, Verdict, judge
+from harness_r1.deploy.guard_loop import enact
+from harness_r1.deploy.publisher import Publisher
+from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.envs import get_suite
+from harness_r1.harness.tasks import spread
+from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.gate import GateConfig, GateDecision
+from harness_r1.sandbox.gated import Evaluator, GatedReport, run_gated
+from harness_r1.trainer.engineer import EngineerSample
+from harness_r1.trainer.grpo import ReplayGroup
+from harness_r1.trainer.propose import Proposal, classify
+
+log = structlog.get_logger(__name__)
+
+GUARD_SEED_OFFSET = 10_000
+DAEMON_ACTOR = "daemon"
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    batch_size: int = 8
+    batch_window_s: float = 300.0
+    k: int = 4
+    max_pending_batches: int = 16
+    guard_limit: int = 20
+    rollout_fraction: float = 0.5
+    release_target: str = "default"
+    invalid_reward: float = 0.0
+    max_attempts: int = 3
+    lease_s: float = 600.0
+    gate: GateConfig = field(default_factory=GateConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    packet: PacketConfig = field(default_factory=PacketConfig)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    batch_id: str
+    packet_id: str
+    rewards: tuple[float, ...]
+    verdicts: tuple[str, ...]
+    overlay_id: str | None
+
+
+class TaskIndex:
+    """TaskSpecs by (env, split, task_id), loaded once per split from the data root."""
+
+    def __init__(self, data_root: Path) -> None:
+        self.data_root = data_root
+        self._splits: dict[tuple[str, str], list[TaskSpec]] = {}
+
+    def split(self, env: str, split: str) -> list[TaskSpec]:
+        key = (env, split)
+        if key not in self._splits:
+            self._splits[key] = get_suite(env).load_tasks(self.data_root, split)
+        return self._splits[key]
+
+    def get(self, env: str, split: str, task_id: str) -> TaskSpec:
+        for task in self.split(env, split):
+            if task.task_id == task_id:
+                return task
+        raise LookupError(f"task {task_id!r} is not in {env}/{split} of {self.data_root}")
+
+
+class LoopMetricsSink:
+    """What the loop reports; the daemon's DaemonMetrics adapts to it (None: report nothing)."""
+
+    def batch(self, state: str) -> None: ...
+    def candidate(self, env: str, result: str, delta: float | None) -> None: ...
+    def gate(self, verdict: str) -> None: ...
+    def packet(self) -> None: ...
+
+
+class ImprovementLoop:
+    def __init__(
+        self,
+        store: StateStore,
+        registry: OverlayRegistry,
+        proposer: Proposer,
+        canary_for: Callable[[str], Evaluator],
+        tasks: TaskIndex,
+        config: LoopConfig | None = None,
+        publisher: Publisher | None = None,
+        metrics: LoopMetricsSink | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.proposer = proposer
+        self.canary_for = canary_for
+        self.tasks = tasks
+        self.config = config or LoopConfig()
+        self.publisher = publisher
+        self.metrics = metrics or LoopMetricsSink()
+        self._on_event = on_event
+
+    # -- batching ------------------------------------------------------------------------------
+
+    def flush(self, now: datetime | None = None) -> int:
+        """Seal ready failure buffers into batches, within the back-pressure bound."""
+        now = now or datetime.now(UTC)
+        sealed = 0
+        while self.store.pending_batches() < self.config.max_pending_batches:
+            ready = [b for b in self.store.open_buffers() if self._ready(b.size, b.oldest_at, now)]
+            if not ready:
+                break
+            info = min(ready, key=lambda b: b.oldest_at)
+            if self.store.seal_batch(info.key, self.config.batch_size) is None:
+                break
+            sealed += 1
+            self.metrics.batch("sealed")
+        return sealed
+
+    def _ready(self, size: int, oldest_at: datetime, now: datetime) -> bool:
+        age = (now - oldest_at).total_seconds()
+        return size >= self.config.batch_size or (size > 0 and age >= self.config.batch_window_s)
+
+    # -- canary work ---------------------------------------------------------------------------
+
+    def work_once(self, worker: str) -> BatchOutcome | None:
+        """Claim one batch, process it, finish it. None when no batch was waiting."""
+        batch = self.store.claim_batch(worker, self.config.lease_s)
+        if batch is None:
+            return None
+        with structlog.contextvars.bound_contextvars(batch_id=batch.batch_id, worker=worker):
+            try:
+                outcome = self.process(batch)
+            except Exception as err:  # noqa: BLE001 - infrastructure: retry, never a reward
+                self._failed_attempt(batch, worker, err)
+                return None
+            self.store.finish_batch(batch.batch_id, worker, "done")
+            self.metrics.batch("done")
+            return outcome
+
+    def _failed_attempt(self, batch: Batch, worker: str, err: Exception) -> None:
+        detail = f"{type(err).__name__}: {err}"[:1000]
+        if batch.attempts >= self.config.max_attempts:
+            self.store.finish_batch(batch.batch_id, worker, "failed", detail)
+            self.metrics.batch("failed")
+            log.error("batch_failed", attempts=batch.attempts, error=detail)
+        else:
+            self.store.release_batch(batch.batch_id, worker)
+            self.metrics.batch("retried")
+            log.warning("batch_retry", attempts=batch.attempts, error=detail)
+
+    def process(self, batch: Batch) -> BatchOutcome:
+        trajectories = [
+            Trajectory.from_json_bytes(p)
+            for p in self.store.load_trajectory_payloads(batch.trajectory_ids)
+        ]
+        packet = build_packet(trajectories, self.config.packet)
+        self.store.save_packet(batch.batch_id, packet.packet_id, packet.to_json_bytes().decode())
+        self.metrics.packet()
+        with structlog.contextvars.bound_contextvars(packet_id=packet.packet_id):
+            samples = self.proposer.samples(packet, self.config.k, _seed(batch.batch_id))
+            proposals = [classify(s, packet.env, i) for i, s in enumerate(samples)]
+            gated = self._canary(batch, packet, trajectories, proposals)
+            rewards = self._rewards(batch.batch_id, gated)
+            overlay_id = self._promote(batch.batch_id, packet, proposals, gated)
+            self._store_results(batch, packet, samples, proposals, gated, rewards, overlay_id)
+        verdicts = tuple(
+            gated.decisions[_cid(batch.batch_id, i)].verdict for i in range(len(proposals))
+        )
+        outcome = BatchOutcome(batch.batch_id, packet.packet_id, rewards, verdicts, overlay_id)
+        self._event("batch_evaluated", outcome)
+        return outcome
+
+    def _canary(
+        self,
+        batch: Batch,
+        packet: FailurePacket,
+        trajectories: Sequence[Trajectory],
+        proposals: Sequence[Proposal],
+    ) -> GatedReport:
+        refs = [t.task for t in trajectories]
+        tasks = tuple(self.tasks.get(r.env, r.split, r.task_id) for r in refs)
+        canary_batch = CanaryBatch(packet.env, tasks, tuple(r.seed for r in refs))
+        chosen = {t.task_id for t in tasks}
+        others = [t for t in self.tasks.split(packet.env, refs[0].split) if t.task_id not in chosen]
+        guard_tasks = spread(others, self.config.guard_limit)
+        guard_batch = None
+        if guard_tasks:
+            seeds = tuple(GUARD_SEED_OFFSET + i for i in range(len(guard_tasks)))
+            guard_batch = CanaryBatch(packet.env, tuple(guard_tasks), seeds)
+        candidates = [
+            Candidate(
+                _cid(batch.batch_id, p.index),
+                p.patch if p.valid else None,
+                None if p.valid else f"{p.stage}: {p.reason}",
+            )
+            for p in proposals
+        ]
+        return run_gated(
+            self.canary_for(packet.env), canary_batch, guard_batch, candidates, self.config.gate
+        )
+
+    def _rewards(self, batch_id: str, gated: GatedReport) -> tuple[float, ...]:
+        rewards = []
+        for result in gated.report.candidates:
+            evaluated = result.status == "evaluated" and result.delta_success is not None
+            reward = result.delta_success if evaluated else self.config.invalid_reward
+            rewards.append(float(reward or 0.0))
+            result_label = "evaluated" if evaluated else result.status
+            self.metrics.candidate(gated.report.env, result_label, result.delta_success)
+            self.metrics.gate(gated.decisions[result.candidate_id].verdict)
+        return tuple(rewards)
+
+    def _promote(
+        self,
+        batch_id: str,
+        packet: FailurePacket,
+        proposals: Sequence[Proposal],
+        gated: GatedReport,
+    ) -> str | None:
+        """Register the best candidate the gate promotes, and release it to a canary cohort."""
+        results = {r.candidate_id: r for r in gated.report.candidates}
+        winners = [
+            (results[cid].delta_success or 0.0, cid)
+            for cid, decision in gated.decisions.items()
+            if decision.promote
+        ]
+        if not winners:
+            return None
+        delta, cid = max(winners)
+        index = int(cid.rsplit("-", 1)[1])
+        patch = proposals[index].patch
+        assert patch is not None  # the gate promotes evaluated candidates only
+        target = self.config.release_target
+        parent = self.registry.active(target)
+        record = self.registry.add(
+            patch,
+            target,
+            packet_id=packet.packet_id,
+            group_id=batch_id,
+            parent_overlay_id=parent.overlay_id if parent else None,
+            evidence=_evidence(gated, cid, delta),
+            actor=DAEMON_ACTOR,
+        )
+        if self.publisher is None:
+            log.warning("promoted_not_released_no_signing_key", overlay_id=record.overlay_id)
+            return record.overlay_id
+        self.publisher.release(
+            record.overlay_id,
+            fraction=self.config.rollout_fraction,
+            actor=DAEMON_ACTOR,
+            reason=f"gate promoted {cid}: delta {delta:+.3f} on batch {batch_id}",
+        )
+        return record.overlay_id
+
+    def _store_results(
+        self,
+        batch: Batch,
+        packet: FailurePacket,
+        samples: Sequence[EngineerSample],
+        proposals: Sequence[Proposal],
+        gated: GatedReport,
+        rewards: Sequence[float],
+        overlay_id: str | None,
+    ) -> None:
+        results = {r.candidate_id: r for r in gated.report.candidates}
+        rows = []
+        for proposal, reward in zip(proposals, rewards, strict=True):
+            cid = _cid(batch.batch_id, proposal.index)
+            decision = gated.decisions[cid]
+            winner = overlay_id is not None and decision.promote and _is_best(cid, gated)
+            rows.append(
+                CandidateRow(
+                    candidate_id=cid,
+                    completion=proposal.text,
+                    patch_json=None if proposal.patch is None else proposal.patch.model_dump_json(),
+                    status=results[cid].status,
+                    reward=reward,
+                    delta_success=results[cid].delta_success,
+                    gate_verdict=decision.verdict,
+                    overlay_id=overlay_id if winner else None,
+                )
+            )
+        report = {
+            "batch": gated.report.model_dump(mode="json"),
+            "guard": None if gated.guard is None else gated.guard.model_dump(mode="json"),
+            "gate": {k: _decision_json(v) for k, v in gated.decisions.items()},
+        }
+        self.store.save_canary(batch.batch_id, packet.packet_id, json.dumps(report), rows)
+        self.store.save_group(
+            batch.batch_id,
+            packet.packet_id,
+            _group_prompt(batch.batch_id, packet, samples, rewards, self.proposer.name),
+            [s.text for s in samples],
+            list(rewards),
+        )
+
+    # -- live guard ----------------------------------------------------------------------------
+
+    def guard_once(self) -> list[GuardDecision]:
+        """Judge each overlay in canary state on live counts since its release; act if decided."""
+        decided = []
+        target = self.config.release_target
+        for record in self.registry.list(target=target, state=OverlayState.CANARY):
+            control = record.parent_overlay_id or "base"
+            counts = self.store.success_counts(
+                [record.overlay_id, control], since=record.updated_at
+            )
+            decision = judge(
+                record.overlay_id,
+                control,
+                counts.get(record.overlay_id, (0, 0)),
+                counts.get(control, (0, 0)),
+                self.config.guard,
+            )
+            if decision.verdict is Verdict.CONTINUE:
+                continue
+            if self.publisher is not None:
+                enact(decision, self.publisher, target)
+            decided.append(decision)
+            self._event("live_guard", decision)
+        return decided
+
+    def _event(self, kind: str, body: Any) -> None:
+        if self._on_event is not None:
+            data = body if isinstance(body, dict) else dict(vars(body))
+            self._on_event({"event": kind, "at": time.time(), **_jsonable(data)})
+
+
+def _cid(batch_id: str, index: int) -> str:
+    return f"{batch_id}-c{index}"
+
+
+def _seed(batch_id: str) -> int:
+    return int(hashlib.sha256(batch_id.encode()).hexdigest()[:8], 16)
+
+
+def _is_best(cid: str, gated: GatedReport) -> bool:
+    results = {r.candidate_id: r for r in gated.report.candidates}
+    promoted = [c for c, d in gated.decisions.items() if d.promote]
+    return max(promoted, key=lambda c: (results[c].delta_success or 0.0, c)) == cid
+
+
+def _decision_json(decision: GateDecision) -> dict[str, Any]:
+    return {
+        "promote": decision.promote,
+        "verdict": decision.verdict,
+        "reasons": list(decision.reasons),
+        "numbers": dict(decision.numbers),
+    }
+
+
+def _evidence(gated: GatedReport, cid: str, delta: float) -> dict[str, Any]:
+    result = next(r for r in gated.report.candidates if r.candidate_id == cid)
+    return {
+        "candidate_id": cid,
+        "delta_success": delta,
+        "delta_interval": result.delta_interval,
+        "baseline_success_rate": gated.report.baseline_success_rate,
+        "tasks": gated.report.tasks,
+        "gate": _decision_json(gated.decisions[cid]),
+    }
+
+
+def _group_prompt(
+    group_id: str,
+    packet: FailurePacket,
+    samples: Sequence[EngineerSample],
+    rewards: Sequence[float],
+    engineer: str,
+) -> str:
+    """The stored group: a replayable ReplayGroup (exact token ids) when the engineer reported
+    them, else the prompt messages with the texts (enough for SFT, not for exact replay)."""
+    try:
+        group = ReplayGroup.from_samples(
+            group_id, samples, list(rewards), packet_id=packet.packet_id, engineer_version=engineer
+        )
+        return json.dumps({"replay": group.to_dict()})
+    except ValueError:
+        from harness_r1.trainer.prompt import engineer_messages
+
+        return json.dumps({"messages": [dict(m) for m in engineer_messages(packet)]})
+
+
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(data, default=str))
+    return out

@@ -1,0 +1,340 @@
+"""The daemon's logs, metrics and health endpoints.
+
+Logs: structlog, rendered through the standard library's logging so that lines from
+kafka-python, SQLAlchemy or APScheduler come out in the same JSON shape as ours. Ids bound
+with `structlog.contextvars.bound_contextvars(packet_id=..., overlay_id=..., group_id=...)`
+appear in every line written inside the block, whoever writes it.
+
+Metrics: one `DaemonMetrics` built against a registry the caller owns (the daemon exposes it,
+tests pass a fresh one). Labels come from small fixed sets (env, outcome, state, verdict,
+reason, topic, queue), never ids: an id per series would grow the registry without bound.
+
+Health: `HealthServer` serves /metrics, /healthz (the process answers) and /readyz (the
+daemon's own view: assigned partitions, reachable store, ...) from a daemon thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import structlog
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# Candidate minus base success rate on the same tasks: -1 (every task lost) to 1 (every task
+# won), finer near 0 where most candidates land.
+CANARY_DELTA_BUCKETS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+_HANDLER_NAME = "harness-r1"
+
+
+def configure_logging(
+    format: str = "json", level: str = "info", stream: TextIO | None = None
+) -> logging.Handler:
+    """Route structlog and the standard library's logging to one handler on `stream`
+    (default stderr): `json` writes one object a line with timestamp (ISO, UTC), level,
+    logger and the bound context vars; `console` is for a terminal.
+
+    Calling it again replaces the handler it installed before (so tests and a reloaded
+    config do not double every line); the handler is returned so a caller can remove it."""
+    level_no = _level_number(level)
+    if format not in ("json", "console"):
+        raise ValueError(f"log format {format!r} is neither 'json' nor 'console'")
+    out = stream if stream is not None else sys.stderr
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: list[Any]
+    if format == "json":
+        renderer = [
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ]
+    else:
+        renderer = [structlog.dev.ConsoleRenderer(colors=out.isatty())]
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(out)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level_no)
+    return handler
+
+
+def _level_number(level: str) -> int:
+    if level.lower() not in LOG_LEVELS:
+        raise ValueError(f"log level {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return int(getattr(logging, level.upper()))
+
+
+class DaemonMetrics:
+    """The loop's metrics, from consumed trajectory to GRPO update.
+
+    The attributes are the prometheus objects (label them directly); the methods exist where
+    one event touches more than one series or needs state (the win-rate window)."""
+
+    def __init__(self, registry: CollectorRegistry, win_window: int = 100) -> None:
+        if win_window < 1:
+            raise ValueError(f"win_window must be >= 1 candidates, got {win_window}")
+        self.trajectories_consumed = Counter(
+            "harness_r1_trajectories_consumed",
+            "Trajectories read from Kafka, by env and outcome (success, failure, invalid)",
+            ["env", "outcome"],
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "harness_r1_trajectories_duplicate",
+            "Trajectories skipped because their episode was already consumed (redelivery)",
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            "harness_r1_dead_lettered",
+            "Records sent to the dead-letter topic, by reason (parse, schema, processing, ...)",
+            ["reason"],
+            registry=registry,
+        )
+        self.failures_buffered = Counter(
+            "harness_r1_failures_buffered",
+            "Failed episodes added to an open batch, by env (queue_depth has what is held now)",
+            ["env"],
+            registry=registry,
+        )
+        self.batches = Counter(
+            "harness_r1_batches",
+            "Batch transitions, by the state entered (opened, closed, evaluated, dropped, ...)",
+            ["state"],
+            registry=registry,
+        )
+        self.packets = Counter(
+            "harness_r1_packets",
+            "Failure packets built and handed to the engineer",
+            registry=registry,
+        )
+        self.candidates = Counter(
+            "harness_r1_candidates",
+            "Engineer candidates, by result (invalid, rejected, won, lost, error, ...)",
+            ["result"],
+            registry=registry,
+        )
+        self.canary_delta = Histogram(
+            "harness_r1_canary_delta",
+            "Candidate minus base success rate on a batch's tasks, by env",
+            ["env"],
+            buckets=CANARY_DELTA_BUCKETS,
+            registry=registry,
+        )
+        self.patch_win_rate = Gauge(
+            "harness_r1_patch_win_rate",
+            f"Share of the last {win_window} canaried candidates with a delta above 0, by env",
+            ["env"],
+            registry=registry,
+        )
+        self.gate_decisions = Counter(
+            "harness_r1_gate_decisions",
+            "Gate decisions on canaried candidates, by verdict",
+            ["verdict"],
+            registry=registry,
+        )
+        self.grpo_updates = Counter(
+            "harness_r1_grpo_updates",
+            "GRPO updates of the engineer that published a new version",
+            registry=registry,
+        )
+        self.grpo_mean_reward = Gauge(
+            "harness_r1_grpo_mean_reward",
+            "Mean reward of the groups in the last GRPO update",
+            registry=registry,
+        )
+        self.engineer = Info(
+            "harness_r1_engineer",
+            "The engineer version proposing patches (one series, replaced on update)",
+            registry=registry,
+        )
+        self.consumer_lag = Gauge(
+            "harness_r1_consumer_lag",
+            "Records behind the end of the topic, summed over this consumer's partitions",
+            ["topic"],
+            registry=registry,
+        )
+        self.last_commit_timestamp = Gauge(
+            "harness_r1_last_commit_timestamp_seconds",
+            "Unix time of the last successful offset commit",
+            registry=registry,
+        )
+        self.broker_errors = Counter(
+            "harness_r1_broker_errors",
+            "Kafka operations that failed, by operation (poll, commit, send, admin, ...)",
+            ["op"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "harness_r1_queue_depth",
+            "Items held in an internal queue now (failures, batches, canary work, ...)",
+            ["queue"],
+            registry=registry,
+        )
+        self._window = win_window
+        self._recent: dict[str, deque[bool]] = {}
+        self._lock = threading.Lock()
+
+    def observe_canary(self, env: str, delta: float) -> None:
+        """One canaried candidate: its delta goes into the histogram and the env's win rate
+        over the last `win_window` candidates is updated (canary workers may call it from
+        several threads)."""
+        self.canary_delta.labels(env=env).observe(delta)
+        with self._lock:
+            recent = self._recent.setdefault(env, deque(maxlen=self._window))
+            recent.append(delta > 0)
+            rate = sum(recent) / len(recent)
+        self.patch_win_rate.labels(env=env).set(rate)
+
+    def committed(self) -> None:
+        """An offset commit succeeded now."""
+        self.last_commit_timestamp.set_to_current_time()
+
+    def set_engineer_version(self, version: str) -> None:
+        self.engineer.info({"version": version})
+
+
+Ready = Callable[[], tuple[bool, str]]
+
+
+class HealthServer:
+    """/metrics, /healthz and /readyz over HTTP from a daemon thread (the standard library's
+    ThreadingHTTPServer: three small routes do not need a web framework, and a slow scrape
+    must not block a probe). `ready()` is called per /readyz request; it should be cheap."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, ready: Ready) -> None:
+        self.registry = registry
+        self.host = host
+        self._requested_port = port
+        self._ready = ready
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The port listened on: the one picked by the system when 0 was asked for."""
+        if self._server is None:
+            return self._requested_port
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("HealthServer already started")
+        server_cls = _Server6 if ":" in self.host else ThreadingHTTPServer
+        try:
+            server = server_cls((self.host, self._requested_port), _handler(self))
+        except OSError as err:
+            raise OSError(
+                err.errno,
+                f"cannot listen on {self.host}:{self._requested_port} for /metrics: "
+                f"{err.strerror}; set HARNESS_R1_METRICS__PORT to a free port (0 picks one)",
+            ) from err
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="harness-r1-health",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; safe to call twice or before start."""
+        server, thread = self._server, self._thread
+        self._server, self._thread = None, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> HealthServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def respond(self, path: str) -> tuple[int, str, bytes]:
+        """Status, content type and body for a GET of `path` (the routes, without HTTP)."""
+        route = urlsplit(path).path
+        if route == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        if route == "/healthz":
+            return 200, _TEXT, b"ok\n"
+        if route == "/readyz":
+            try:
+                ok, reason = self._ready()
+            except Exception as err:  # a failing check means not ready, not a dead server
+                ok, reason = False, f"readiness check failed: {type(err).__name__}: {err}"
+            body = (reason or ("ready" if ok else "not ready")) + "\n"
+            return (200 if ok else 503), _TEXT, body.encode("utf-8")
+        return 404, _TEXT, b"not found; try /metrics, /healthz or /readyz\n"
+
+
+_TEXT = "text/plain; charset=utf-8"
+
+
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _handler(health: HealthServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            try:
+                status, content_type, body = health.respond(self.path)
+            except Exception as err:
+                status, content_type = 500, _TEXT
+                body = f"{type(err).__name__}: {err}\n".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """No access log: a scrape every few seconds would drown the daemon's own lines."""
+
+    return Handler

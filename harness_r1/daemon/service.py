@@ -1,0 +1,258 @@
+"""The daemon process: ingest, canary workers, scheduled jobs, metrics and health, one stop.
+
+Threads: one ingest loop (Kafka -> store), `canary_workers` loop workers (claim a batch,
+evaluate it, finish it), apscheduler's jobs (flush windows, live guard, GRPO update,
+retention) on a persistent job store, and the health/metrics HTTP server. `stop()` (SIGTERM,
+SIGINT) drains: the ingest loop finishes its poll (whose store transaction and commit make it
+durable), workers finish their batch within `drain_timeout_s` or leave it to its lease (it is
+retried by whoever claims it next), the scheduler stops without starting new jobs, then the
+process exits. Nothing in flight is lost: everything consumed is in the store before the
+offset moves.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from harness_r1.daemon.ingest import PollReport, TrajectoryIngest
+from harness_r1.daemon.loop import ImprovementLoop
+from harness_r1.daemon.store import StateStore
+
+log = structlog.get_logger(__name__)
+
+#: Running daemons by key, so persistent scheduler jobs (stored as text references) find them.
+_RUNNING: dict[str, Daemon] = {}
+
+
+def run_job(daemon_key: str, name: str) -> None:
+    """The callable apscheduler stores: look the daemon up, run one named job."""
+    daemon = _RUNNING.get(daemon_key)
+    if daemon is None:
+        log.warning("job_without_daemon", job=name)
+        return
+    daemon.run_job(name)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    key: str = "main"  # names this daemon's scheduler jobs (one per process)
+    canary_workers: int = 1
+    flush_interval_s: float = 10.0
+    guard_interval_s: float = 30.0
+    grpo_check_interval_s: float = 60.0
+    grpo_cron: str | None = None
+    retention_days: float = 30.0
+    drain_timeout_s: float = 30.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    lag_interval_s: float = 5.0
+    jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
+
+
+class IngestSink:
+    """What the daemon reports about ingestion (adapted onto DaemonMetrics)."""
+
+    def polled(self, report: PollReport) -> None: ...
+    def store_error(self) -> None: ...
+    def lag(self, lag: dict[str, int]) -> None: ...
+    def committed(self, at: float) -> None: ...
+    def queue_depth(self, pending: int, running: int) -> None: ...
+
+
+class Daemon:
+    def __init__(
+        self,
+        store: StateStore,
+        ingest_factory: Callable[[], TrajectoryIngest],
+        loop: ImprovementLoop,
+        config: DaemonConfig | None = None,
+        sink: IngestSink | None = None,
+        grpo_update: Callable[[], int] | None = None,
+    ) -> None:
+        self.store = store
+        self._ingest_factory = ingest_factory
+        self.loop = loop
+        self.config = config or DaemonConfig()
+        self.sink = sink or IngestSink()
+        self._grpo_update = grpo_update
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._scheduler: Any = None
+        self.ingest: TrajectoryIngest | None = None
+        self.worker_ids = [
+            f"{self.config.key}-{uuid.uuid4().hex[:6]}-w{i}"
+            for i in range(self.config.canary_workers)
+        ]
+        self._store_ok = True
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        _RUNNING[self.config.key] = self
+        self.ingest = self._ingest_factory()
+        self._spawn("ingest", self._ingest_loop)
+        for worker in self.worker_ids:
+            self._spawn(worker, functools.partial(self._worker_loop, worker))
+        self._scheduler = self._build_scheduler()
+        self._scheduler.start()
+        log.info("daemon_started", workers=len(self.worker_ids))
+
+    def stop(self) -> None:
+        """Drain and stop within drain_timeout_s (see the module docstring)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:
+            log.warning("daemon_stop_left_work_to_its_lease", threads=stuck)
+        if self.ingest is not None and not any(
+            t.name == "ingest" for t in self._threads if t.is_alive()
+        ):
+            self.ingest.close()
+        _RUNNING.pop(self.config.key, None)
+        log.info("daemon_stopped")
+
+    def run_forever(self) -> None:
+        """Start, wait for SIGTERM/SIGINT, drain, return."""
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            log.info("daemon_signal", signal=signal.Signals(signum).name)
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+        self.start()
+        while not self._stop.wait(0.5):
+            pass
+        self._stop.clear()
+        self.stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready = the store answers and the broker was reached by the ingest reader."""
+        if self.ingest is None:
+            return False, "not started"
+        if not self._store_ok:
+            return False, "state store failing"
+        if not self.ingest.reader.connected:
+            return False, f"broker unreachable: {self.ingest.reader.last_error or 'connecting'}"
+        return True, "ok"
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def _ingest_loop(self) -> None:
+        assert self.ingest is not None
+        backoff = self.config.backoff_initial_s
+        lag_at = 0.0
+        while not self._stop.is_set():
+            try:
+                report = self.ingest.poll_once()
+            except Exception as err:  # noqa: BLE001 - the store failed: retry with backoff
+                self._store_ok = False
+                self.sink.store_error()
+                log.error("ingest_store_error", error=f"{type(err).__name__}: {err}"[:500])
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.config.backoff_max_s)
+                continue
+            self._store_ok = True
+            backoff = self.config.backoff_initial_s
+            self.sink.polled(report)
+            if report.committed and self.ingest.last_commit_at is not None:
+                self.sink.committed(self.ingest.last_commit_at)
+            if time.monotonic() - lag_at >= self.config.lag_interval_s:
+                lag_at = time.monotonic()
+                self.sink.lag(self.ingest.reader.lag())
+
+    def _worker_loop(self, worker: str) -> None:
+        while not self._stop.is_set():
+            try:
+                outcome = self.loop.work_once(worker)
+            except Exception as err:  # noqa: BLE001 - a store error: wait, retry
+                log.error("worker_error", worker=worker, error=f"{type(err).__name__}: {err}")
+                self._stop.wait(self.config.backoff_initial_s)
+                continue
+            if outcome is None:
+                self._stop.wait(0.5)
+
+    # -- scheduled jobs ------------------------------------------------------------------------
+
+    def run_job(self, name: str) -> None:
+        with structlog.contextvars.bound_contextvars(job=name):
+            try:
+                if name == "flush":
+                    self.loop.flush()
+                    self.sink.queue_depth(
+                        self.store.pending_batches(), self.store.running_batches()
+                    )
+                elif name == "guard":
+                    self.loop.guard_once()
+                elif name == "grpo":
+                    if self._grpo_update is not None:
+                        self._grpo_update()
+                elif name == "retention":
+                    cutoff = datetime.now(UTC) - timedelta(days=self.config.retention_days)
+                    log.info("retention", purged=self.store.purge(cutoff))
+            except Exception:  # noqa: BLE001 - a job failing must not stop the scheduler
+                log.exception("job_failed")
+
+    def _build_scheduler(self) -> Any:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.triggers.cron import CronTrigger
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        stores: dict[str, Any] = {}
+        if self.config.jobstore_url:
+            from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+
+            stores["default"] = SQLAlchemyJobStore(
+                url=self.config.jobstore_url, tablename="daemon_scheduler_jobs"
+            )
+        scheduler = BackgroundScheduler(
+            jobstores=stores,
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60},
+            timezone=UTC,
+        )
+        grpo_trigger = (
+            CronTrigger.from_crontab(self.config.grpo_cron, timezone=UTC)
+            if self.config.grpo_cron
+            else IntervalTrigger(seconds=self.config.grpo_check_interval_s)
+        )
+        jobs = {
+            "flush": IntervalTrigger(seconds=self.config.flush_interval_s),
+            "guard": IntervalTrigger(seconds=self.config.guard_interval_s),
+            "grpo": grpo_trigger,
+            "retention": IntervalTrigger(hours=24),
+        }
+        for name, trigger in jobs.items():
+            scheduler.add_job(
+                "harness_r1.daemon.service:run_job",
+                trigger,
+                args=[self.config.key, name],
+                id=f"{self.config.key}:{name}",
+                replace_existing=True,
+            )
+        return scheduler

@@ -1,0 +1,291 @@
+"""Settings -> a running Daemon: the one place that knows every component's constructor.
+
+Settings are read once by the caller (the CLI) and passed here; everything below receives
+plain objects. Heavy parts (the frozen target model, the engineer model) are built lazily, on
+the first batch that needs them, so the daemon starts in about a second and ingests at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from harness_r1.consumers.kafka import KafkaSettings, ensure_topics, make_producer, publish
+from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
+from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, LoopMetricsSink, TaskIndex
+from harness_r1.daemon.observability import DaemonMetrics, HealthServer
+from harness_r1.daemon.proposers import EngineerProposer, Proposer, TemplateProposer
+from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
+from harness_r1.daemon.settings import Settings
+from harness_r1.daemon.store import StateStore
+from harness_r1.deploy.guard import GuardConfig
+from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.signing import Signer
+from harness_r1.sandbox.gated import Evaluator
+
+
+class MetricsAdapter(LoopMetricsSink, IngestSink):
+    """The loop's and the ingest loop's reports, onto DaemonMetrics."""
+
+    def __init__(self, metrics: DaemonMetrics) -> None:
+        self.m = metrics
+
+    def batch(self, state: str) -> None:
+        self.m.batches.labels(state=state).inc()
+
+    def candidate(self, env: str, result: str, delta: float | None) -> None:
+        self.m.candidates.labels(result=result).inc()
+        if delta is not None:
+            self.m.observe_canary(env, delta)
+
+    def gate(self, verdict: str) -> None:
+        self.m.gate_decisions.labels(verdict=verdict).inc()
+
+    def packet(self) -> None:
+        self.m.packets.inc()
+
+    def polled(self, report: PollReport) -> None:
+        self.m.duplicates.inc(report.result.duplicates)
+        if report.dead_lettered:
+            self.m.dead_lettered.labels(reason="unreadable").inc(report.dead_lettered)
+        if report.result.new:
+            self.m.trajectories_consumed.labels(env="all", outcome="new").inc(report.result.new)
+        if report.result.failures:
+            self.m.failures_buffered.labels(env="all").inc(report.result.failures)
+
+    def store_error(self) -> None:
+        self.m.broker_errors.labels(op="store").inc()
+
+    def lag(self, lag: dict[str, int]) -> None:
+        for topic, behind in lag.items():
+            self.m.consumer_lag.labels(topic=topic).set(behind)
+
+    def committed(self, at: float) -> None:
+        self.m.last_commit_timestamp.set(at)
+
+    def queue_depth(self, pending: int, running: int) -> None:
+        self.m.queue_depth.labels(queue="pending_batches").set(pending)
+        self.m.queue_depth.labels(queue="running_batches").set(running)
+
+
+class CanaryRunners:
+    """One canary runner per env over the frozen target, built on first use (thread-safe)."""
+
+    def __init__(self, settings: Settings, data_root: Path) -> None:
+        self.settings = settings
+        self.data_root = data_root
+        self._runners: dict[str, Evaluator] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, env: str) -> Evaluator:
+        with self._lock:
+            if env not in self._runners:
+                self._runners[env] = self._build(env)
+            return self._runners[env]
+
+    def _build(self, env: str) -> Evaluator:
+        from harness_r1.daemon.canary_command import static_validator
+        from harness_r1.envs import get_suite
+        from harness_r1.harness import HarnessRuntime, RunConfig
+        from harness_r1.harness.policies.factory import PolicySpec, build_policy
+        from harness_r1.sandbox.canary import CanaryRunner
+        from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+
+        loop = self.settings.loop
+        api_key = loop.target_api_key.get_secret_value() if loop.target_api_key else None
+        policy = build_policy(
+            PolicySpec(
+                kind=loop.target_policy,
+                base_url=loop.target_url,
+                model=loop.target_model,
+                api_key=api_key,
+                cache_dir=self.settings.cache,
+            )
+        )
+        config = RunConfig(
+            agent_id="canary", max_steps=loop.max_steps, history_turns=loop.history_turns
+        )
+        runtime = HarnessRuntime(get_suite(env), policy, self.data_root, config)
+        return CanaryRunner(
+            runtime,
+            lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
+            static_validator,
+        )
+
+
+def build_proposer(settings: Settings) -> Proposer:
+    loop = settings.loop
+    if loop.engineer_backend == "template":
+        return TemplateProposer()
+    from harness_r1.trainer.engineer import EngineerSpec, build_engineer
+    from harness_r1.trainer.sft import latest_version
+
+    adapter = latest_version(settings.cache / "engineer-artifacts")
+    api_key = loop.engineer_api_key.get_secret_value() if loop.engineer_api_key else None
+    spec = EngineerSpec(
+        kind=loop.engineer_backend,
+        base_url=loop.engineer_url,
+        model=loop.engineer_model,
+        api_key=api_key,
+        adapter=adapter if loop.engineer_backend not in ("openai",) else None,
+        cache_dir=settings.cache,
+        token_ids=True,
+    )
+    return EngineerProposer(build_engineer(spec))
+
+
+@dataclass
+class Built:
+    daemon: Daemon
+    health: HealthServer
+    metrics: DaemonMetrics
+    registry: CollectorRegistry
+    close: Callable[[], None]
+
+
+def kafka_settings(settings: Settings) -> KafkaSettings:
+    options = settings.kafka
+    return KafkaSettings(
+        bootstrap=settings.require_bootstrap(),
+        client_id=options.client_id,
+        request_timeout_ms=options.request_timeout_ms,
+        poll_timeout_ms=options.poll_timeout_ms,
+        send_timeout_s=max(10.0, options.request_timeout_ms / 1000),
+    )
+
+
+def build_daemon(
+    settings: Settings,
+    *,
+    proposer: Proposer | None = None,
+    canary_for: Callable[[str], Evaluator] | None = None,
+    key: str = "main",
+    extra_topics: Sequence[str] = (),
+) -> Built:
+    kafka = kafka_settings(settings)
+    topics = [
+        settings.trajectory_topic,
+        settings.release_topic,
+        settings.control_topic,
+        settings.kafka.dead_letter_topic,
+        settings.kafka.events_topic,
+        *extra_topics,
+    ]
+    ensure_topics(kafka, topics)
+    producer = make_producer(kafka)
+    url = settings.registry_url()
+    store = StateStore(url)
+    overlays = OverlayRegistry(url)
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry)
+    adapter = MetricsAdapter(metrics)
+
+    def send(topic: str, value: bytes, key_bytes: bytes | None) -> None:
+        publish(producer, topic, value, key=key_bytes, timeout_s=kafka.send_timeout_s)
+
+    def dead_letter(topic: str, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
+        publish(producer, topic, value, headers=headers, timeout_s=kafka.send_timeout_s)
+
+    def event(body: dict[str, Any]) -> None:
+        import json
+
+        send(settings.kafka.events_topic, json.dumps(body).encode(), None)
+
+    publisher = None
+    if settings.signing_key is not None:
+        publisher = Publisher(
+            overlays,
+            Signer.from_file(settings.require_signing_key()),
+            send,
+            PublisherConfig(
+                release_topic=settings.release_topic, control_topic=settings.control_topic
+            ),
+            DeployMetrics(registry),
+        )
+    loop_options, guard_options = settings.loop, settings.guard
+    loop = ImprovementLoop(
+        store,
+        overlays,
+        proposer or build_proposer(settings),
+        canary_for or CanaryRunners(settings, settings.data_root()),
+        TaskIndex(settings.data_root()),
+        LoopConfig(
+            batch_size=loop_options.batch_size,
+            batch_window_s=loop_options.batch_window_s,
+            k=loop_options.k,
+            max_pending_batches=loop_options.max_pending_batches,
+            guard_limit=loop_options.guard_limit,
+            rollout_fraction=loop_options.rollout_fraction,
+            release_target=loop_options.release_target,
+            lease_s=loop_options.canary_lease_s,
+            guard=GuardConfig(
+                min_episodes=guard_options.min_episodes,
+                max_episodes=guard_options.max_episodes,
+                promote_probability=guard_options.promote_probability,
+                rollback_probability=guard_options.rollback_probability,
+            ),
+        ),
+        publisher,
+        adapter,
+        event,
+    )
+    ingest_config = IngestConfig(
+        topic=settings.trajectory_topic,
+        group=settings.kafka.group_id,
+        dead_letter_topic=settings.kafka.dead_letter_topic,
+        commit_timeout_ms=settings.kafka.commit_timeout_ms,
+        poll_timeout_ms=settings.kafka.poll_timeout_ms,
+    )
+    scheduler = settings.scheduler
+    daemon = Daemon(
+        store,
+        lambda: TrajectoryIngest(kafka, ingest_config, store, dead_letter),
+        loop,
+        DaemonConfig(
+            key=key,
+            canary_workers=loop_options.canary_workers,
+            flush_interval_s=scheduler.flush_interval_s,
+            guard_interval_s=scheduler.guard_interval_s,
+            grpo_cron=scheduler.grpo_cron,
+            retention_days=scheduler.retention_days,
+            backoff_initial_s=settings.kafka.backoff_initial_s,
+            backoff_max_s=settings.kafka.backoff_max_s,
+            jobstore_url=settings.jobstore_url(),
+        ),
+        adapter,
+        grpo_update=_grpo_job(store, settings, metrics),
+    )
+    health = HealthServer(registry, settings.metrics.host, settings.metrics.port, daemon.ready)
+
+    def close() -> None:
+        producer.close(timeout=5)
+        store.close()
+        overlays.close()
+
+    return Built(daemon, health, metrics, registry, close)
+
+
+def _grpo_job(store: StateStore, settings: Settings, metrics: DaemonMetrics) -> Callable[[], int]:
+    from harness_r1.daemon.grpo_job import GrpoJobConfig, grpo_update
+
+    config = GrpoJobConfig(
+        output_root=settings.cache / "engineer-artifacts",
+        min_groups=settings.scheduler.grpo_min_groups,
+        num_generations=settings.loop.k,
+        cache_dir=settings.cache,
+    )
+
+    def run() -> int:
+        result = grpo_update(store, config)
+        if result.version is not None:
+            metrics.grpo_updates.inc()
+            metrics.set_engineer_version(result.version)
+        return result.trained
+
+    return run

@@ -1,0 +1,509 @@
+"""The daemon's state store on a real SQLite file and on PostgreSQL (when one answers locally).
+
+What the rest of the daemon relies on: a trajectory is stored once however often it is
+delivered, and its failure is buffered once; positions only move forward and move in the same
+transaction as the rows; a batch is held by one worker at a time (also when workers race, and
+after a worker dies); a superseded worker cannot record an outcome; retention never drops what
+is still open; the schema upgrades in place and refuses to be run by older code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, inspect, text
+
+from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
+from harness_r1.daemon.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    BatchKey,
+    CandidateRow,
+    IngestItem,
+    LeaseLost,
+    SchemaTooNew,
+    StateStore,
+    StoreBase,
+    StoreError,
+    UnknownTrajectory,
+    ingest_item,
+    upgrade,
+)
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+GROUP = "daemon"
+TOPIC = "harness.trajectories"
+KEY = BatchKey("dbbench", "tiny@1", "base")
+
+
+def _drop_daemon_tables(engine: Engine) -> None:
+    """Every daemon_ table, known to this code or not (a test may leave a newer schema)."""
+    names = [n for n in inspect(engine).get_table_names() if n.startswith("daemon_")]
+    with engine.begin() as conn:
+        for name in names:
+            conn.execute(text(f'DROP TABLE IF EXISTS "{name}" CASCADE'))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.db'}"
+        return
+    engine = create_engine(PG_URL, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect():
+            pass
+    except Exception as err:  # any failure to connect means "no server here"
+        engine.dispose()
+        pytest.skip(f"no PostgreSQL answering at {PG_URL}: {type(err).__name__}: {err}")
+    _drop_daemon_tables(engine)
+    try:
+        yield PG_URL
+    finally:
+        _drop_daemon_tables(engine)
+        engine.dispose()
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[StateStore]:
+    with StateStore(db_url) as s:
+        yield s
+
+
+def item(
+    tid: str,
+    *,
+    failed: bool = True,
+    offset: int = 0,
+    partition: int = 0,
+    env: str = "dbbench",
+    target: str = "tiny@1",
+    harness: str = "base",
+) -> IngestItem:
+    return IngestItem(
+        trajectory_id=tid,
+        env=env,
+        target=target,
+        harness_version=harness,
+        agent_id="agent-1",
+        task_id=f"task-{tid}",
+        task_type="counting",
+        success=not failed,
+        reward=0.0 if failed else 1.0,
+        failed=failed,
+        payload=f'{{"trajectory_id": "{tid}"}}'.encode(),
+        topic=TOPIC,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def fill(store: StateStore, n: int, prefix: str = "t", key: BatchKey = KEY) -> list[str]:
+    ids = [f"{prefix}{i:03d}" for i in range(n)]
+    items = [
+        item(tid, offset=i, env=key.env, target=key.target, harness=key.harness_version)
+        for i, tid in enumerate(ids)
+    ]
+    store.ingest(items, GROUP, {(TOPIC, 0): n})
+    return ids
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+def test_dedup_within_and_across_calls_positions_still_advance(store: StateStore) -> None:
+    first = store.ingest([item("a", offset=0), item("a", offset=1)], GROUP, {(TOPIC, 0): 2})
+    assert (first.new, first.duplicates, first.failures) == (1, 1, 1)
+    again = store.ingest([item("a", offset=2), item("b", offset=3)], GROUP, {(TOPIC, 0): 4})
+    assert (again.new, again.duplicates, again.failures) == (1, 1, 1)
+    assert store.trajectory_count() == 2
+    assert store.positions(GROUP) == {(TOPIC, 0): 4}
+    # A batch of nothing but redeliveries still moves the group on.
+    only_dupes = store.ingest([item("b", offset=4)], GROUP, {(TOPIC, 0): 5})
+    assert (only_dupes.new, only_dupes.duplicates) == (0, 1)
+    assert store.positions(GROUP) == {(TOPIC, 0): 5}
+    assert [b.size for b in store.open_buffers()] == [2]  # "a" buffered once
+    assert store.has_trajectory("a") and not store.has_trajectory("zzz")
+    assert store.load_trajectory_payloads(["b", "a"]) == [
+        b'{"trajectory_id": "b"}',
+        b'{"trajectory_id": "a"}',
+    ]
+    with pytest.raises(UnknownTrajectory):
+        store.load_trajectory_payloads(["a", "missing"])
+
+
+def test_failures_are_buffered_per_key(store: StateStore) -> None:
+    other_target = BatchKey("dbbench", "tiny@2", "base")
+    other_harness = BatchKey("dbbench", "tiny@1", "ov-1")
+    items = [
+        item("f1", offset=0),
+        item("ok", failed=False, offset=1),
+        item("f2", offset=2, target="tiny@2"),
+        item("f3", offset=3, harness="ov-1"),
+        item("f4", offset=4),
+        item("w1", offset=5, env="webshop", failed=False),
+    ]
+    result = store.ingest(items, GROUP, {(TOPIC, 0): 6})
+    assert (result.new, result.failures) == (6, 4)
+    sizes = {b.key: b.size for b in store.open_buffers()}
+    assert sizes == {KEY: 2, other_target: 1, other_harness: 1}
+    buffers = store.open_buffers()
+    assert buffers[0].key == KEY  # oldest first (ties: by key)
+    assert all(b.oldest_at.tzinfo is UTC for b in buffers)
+    assert store.trajectory_count("dbbench") == 5 and store.trajectory_count("webshop") == 1
+
+
+def test_positions_only_move_forward(store: StateStore) -> None:
+    store.ingest([item("a", offset=9)], GROUP, {(TOPIC, 0): 10, (TOPIC, 1): 3})
+    store.ingest([], GROUP, {(TOPIC, 0): 4, (TOPIC, 1): 7})
+    assert store.positions(GROUP) == {(TOPIC, 0): 10, (TOPIC, 1): 7}
+    store.advance_positions(GROUP, {(TOPIC, 0): 2, (TOPIC, 2): 1})
+    assert store.positions(GROUP) == {(TOPIC, 0): 10, (TOPIC, 1): 7, (TOPIC, 2): 1}
+    store.advance_positions(GROUP, {(TOPIC, 0): 11})
+    assert store.positions(GROUP)[(TOPIC, 0)] == 11
+    assert store.positions("other-group") == {}
+    assert store.trajectory_count() == 1  # advancing stores nothing
+
+
+# --- batches --------------------------------------------------------------------------------
+
+
+def test_seal_claim_finish_lifecycle(store: StateStore) -> None:
+    assert store.seal_batch(KEY, 10) is None
+    ids = fill(store, 5)
+    batch_id = store.seal_batch(KEY, 3)
+    assert batch_id is not None and batch_id.startswith("b-") and len(batch_id) == 14
+    assert [b.size for b in store.open_buffers()] == [2]
+    assert store.pending_batches() == 1 and store.running_batches() == 0
+
+    batch = store.claim_batch("w1", 30)
+    assert batch is not None
+    assert batch.batch_id == batch_id and batch.key == KEY
+    assert batch.trajectory_ids == tuple(ids[:3])  # oldest first
+    assert batch.attempts == 1 and batch.created_at.tzinfo is UTC
+    assert store.pending_batches() == 0 and store.running_batches() == 1
+    assert store.claim_batch("w2", 30) is None  # held, lease not expired
+
+    assert store.renew_lease(batch_id, "w1", 30)
+    assert not store.renew_lease(batch_id, "w2", 30)
+    store.finish_batch(batch_id, "w1", "done")
+    assert store.batch_state(batch_id) == "done"
+    assert store.running_batches() == 0
+    with pytest.raises(LeaseLost):
+        store.finish_batch(batch_id, "w1", "failed")
+
+    rest = store.seal_batch(KEY, 10)
+    assert rest is not None and store.open_buffers() == []
+    claimed = store.claim_batch("w1", 30)
+    assert claimed is not None and claimed.trajectory_ids == tuple(ids[3:])
+
+
+def test_expired_lease_is_reclaimed_and_the_old_worker_refused(store: StateStore) -> None:
+    fill(store, 2)
+    batch_id = store.seal_batch(KEY, 10)
+    first = store.claim_batch("w1", 0.05)
+    assert first is not None and first.batch_id == batch_id
+    time.sleep(0.15)
+    second = store.claim_batch("w2", 30)
+    assert second is not None and second.batch_id == batch_id and second.attempts == 2
+    assert not store.renew_lease(batch_id, "w1", 30)
+    with pytest.raises(LeaseLost, match="w1"):
+        store.finish_batch(batch_id, "w1", "done")
+    assert store.release_batch(batch_id, "w1") is False
+    store.finish_batch(batch_id, "w2", "failed", "canary crashed")
+    assert store.batch_state(batch_id) == "failed"
+
+
+def test_release_and_give_up_after_max_attempts(store: StateStore) -> None:
+    fill(store, 1)
+    batch_id = store.seal_batch(KEY, 10)
+    assert batch_id is not None
+    for attempt in (1, 2):
+        batch = store.claim_batch("w1", 30, max_attempts=2)
+        assert batch is not None and batch.attempts == attempt
+        assert store.release_batch(batch_id, "w1")
+        assert store.batch_state(batch_id) == "pending"
+    # Claimed twice without finishing: the third claim marks it failed instead.
+    assert store.claim_batch("w1", 30, max_attempts=2) is None
+    assert store.batch_state(batch_id) == "failed"
+
+
+def test_concurrent_claims_never_share_a_batch(db_url: str) -> None:
+    stores = [StateStore(db_url), StateStore(db_url)]
+    try:
+        for i in range(50):
+            fill(stores[0], 1, prefix=f"c{i:02d}-")
+            assert stores[0].seal_batch(KEY, 1) is not None
+        claimed: list[list[str]] = [[] for _ in range(4)]
+        errors: list[BaseException] = []
+        start = threading.Barrier(4)
+
+        def work(i: int) -> None:
+            try:
+                start.wait()
+                while (batch := stores[i % 2].claim_batch(f"w{i}", 60)) is not None:
+                    claimed[i].append(batch.batch_id)
+            except BaseException as err:  # surfaced below
+                errors.append(err)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        every = [b for ids in claimed for b in ids]
+        assert len(every) == 50 and len(set(every)) == 50
+        assert stores[0].running_batches() == 50 and stores[0].pending_batches() == 0
+    finally:
+        for s in stores:
+            s.close()
+
+
+# --- results and groups ---------------------------------------------------------------------
+
+
+def _candidate(cid: str, reward: float | None) -> CandidateRow:
+    return CandidateRow(cid, f"<patch>{cid}</patch>", None, "ok", reward, 0.1, "promote", None)
+
+
+def test_packets_and_canary_results(store: StateStore) -> None:
+    fill(store, 1)
+    batch_id = store.seal_batch(KEY, 10)
+    assert batch_id is not None
+    store.save_packet(batch_id, "p-1", '{"packet_id": "p-1"}')
+    store.save_packet(batch_id, "p-1", '{"packet_id": "p-1"}')  # a re-run: same packet
+    with pytest.raises(StoreError, match="other content"):
+        store.save_packet(batch_id, "p-1", '{"packet_id": "p-1", "x": 1}')
+    store.save_canary(batch_id, "p-1", "{}", [_candidate("c0", 0.5), _candidate("c1", None)])
+    store.save_canary(batch_id, "p-1", "{}", [_candidate("c1", 1.0), _candidate("c0", 0.0)])
+    assert [(c.candidate_id, c.reward) for c in store.canary_results(batch_id)] == [
+        ("c1", 1.0),
+        ("c0", 0.0),
+    ]
+    assert store.count_canary_results() == 2
+    assert store.canary_results("b-unknown") == []
+
+
+def test_groups_save_untrained_mark_trained(store: StateStore) -> None:
+    assert store.save_group("g1", "p1", "prompt 1", ["a", "b"], [1.0, None])
+    assert not store.save_group("g1", "p1", "changed", ["x"], [0.0])  # idempotent
+    assert store.save_group("g2", "p2", "prompt 2", ["c"], [0.25])
+    with pytest.raises(StoreError):
+        store.save_group("g3", "p3", "prompt", ["a", "b"], [1.0])
+    groups = store.untrained_groups()
+    assert [g.group_id for g in groups] == ["g1", "g2"]
+    assert groups[0].completions == ("a", "b") and groups[0].rewards == (1.0, None)
+    assert groups[0].prompt == "prompt 1" and groups[0].created_at.tzinfo is UTC
+    assert [g.group_id for g in store.untrained_groups(limit=1)] == ["g1"]
+    assert store.mark_trained(["g1", "nope"], "eng-v2") == 1
+    assert store.mark_trained(["g1"], "eng-v3") == 0
+    assert [g.group_id for g in store.untrained_groups()] == ["g2"]
+    assert (store.count_groups(), store.count_groups(True), store.count_groups(False)) == (2, 1, 1)
+
+
+def test_success_counts(store: StateStore) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    items = [
+        item("o1", failed=False, harness="ov-1"),
+        item("o2", failed=True, harness="ov-1"),
+        item("o3", failed=False, harness="ov-1", target="tiny@2"),
+        item("b1", failed=False),
+        item("b2", failed=True),
+    ]
+    store.ingest(items, GROUP, {(TOPIC, 0): 5})
+    counts = store.success_counts(["ov-1", "base", "ov-none"])
+    assert counts == {"ov-1": (3, 2), "base": (2, 1), "ov-none": (0, 0)}
+    assert store.success_counts(["ov-1"], since=before) == {"ov-1": (3, 2)}
+    later = datetime.now(UTC) + timedelta(seconds=5)
+    assert store.success_counts(["ov-1"], since=later) == {"ov-1": (0, 0)}
+    assert store.success_counts(["ov-1"], target="tiny@1") == {"ov-1": (2, 1)}
+    with pytest.raises(ValueError):
+        store.success_counts(["ov-1"], since=datetime(2026, 1, 1))  # naive
+
+
+# --- retention ------------------------------------------------------------------------------
+
+
+def test_purge_keeps_buffered_open_and_untrained_data(store: StateStore) -> None:
+    ids = fill(store, 6)  # six failures
+    store.ingest([item("ok", failed=False, offset=6)], GROUP, {(TOPIC, 0): 7})
+    done = store.seal_batch(KEY, 2)
+    pending = store.seal_batch(KEY, 2)
+    assert done is not None and pending is not None
+    claimed = store.claim_batch("w1", 30)
+    assert claimed is not None and claimed.batch_id == done
+    store.save_packet(done, "p-done", "{}")
+    store.save_canary(done, "p-done", "{}", [_candidate("c0", 1.0)])
+    store.finish_batch(done, "w1", "done")
+    store.save_group("g-other", "p-unrelated", "prompt", ["a"], [1.0])
+
+    future = datetime.now(UTC) + timedelta(seconds=5)
+    assert store.purge(datetime.now(UTC) - timedelta(hours=1)) == dict.fromkeys(
+        (
+            "daemon_canary_candidates",
+            "daemon_canary_reports",
+            "daemon_packets",
+            "daemon_batch_items",
+            "daemon_batches",
+            "daemon_trajectories",
+        ),
+        0,
+    )
+    counts = store.purge(future)
+    # Gone: the success and the done batch's two members, plus the done batch and its results.
+    assert counts["daemon_trajectories"] == 3
+    assert counts["daemon_batches"] == 1 and counts["daemon_batch_items"] == 2
+    assert counts["daemon_packets"] == 1 and counts["daemon_canary_candidates"] == 1
+    assert store.trajectory_count() == 4
+    assert store.load_trajectory_payloads(ids[2:])  # pending batch and buffer intact
+    assert store.pending_batches() == 1 and [b.size for b in store.open_buffers()] == [2]
+    assert store.positions(GROUP) == {(TOPIC, 0): 7}
+    assert store.count_groups() == 1
+
+
+def test_purge_keeps_a_finished_batch_whose_group_is_untrained(store: StateStore) -> None:
+    fill(store, 1)
+    batch_id = store.seal_batch(KEY, 10)
+    assert batch_id is not None and store.claim_batch("w1", 30) is not None
+    store.save_packet(batch_id, "p-1", "{}")
+    store.finish_batch(batch_id, "w1", "done")
+    store.save_group(batch_id, "p-1", "prompt", ["a"], [1.0])
+    future = datetime.now(UTC) + timedelta(seconds=5)
+    assert store.purge(future)["daemon_batches"] == 0
+    store.mark_trained([batch_id], "eng-v1")
+    assert store.purge(future)["daemon_batches"] == 1
+    assert store.count_groups() == 1  # groups are never purged
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+def _index_names(engine: Engine, table: str) -> set[str]:
+    return {str(ix["name"]) for ix in inspect(engine).get_indexes(table)}
+
+
+def test_fresh_database_is_at_the_latest_version_and_matches_the_models(
+    store: StateStore, db_url: str
+) -> None:
+    assert store.schema_version() == SCHEMA_VERSION == MIGRATIONS[-1].version
+    engine = create_engine(db_url)
+    try:
+        found = inspect(engine)
+        for table in StoreBase.metadata.sorted_tables:
+            columns = {c["name"]: c["nullable"] for c in found.get_columns(table.name)}
+            assert columns == {c.name: c.nullable for c in table.columns}, table.name
+        assert "daemon_trajectories_guard" in _index_names(engine, "daemon_trajectories")
+    finally:
+        engine.dispose()
+
+
+def test_a_version_1_database_upgrades_in_place(db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            assert upgrade(conn, MIGRATIONS[:1]) == 1
+        assert "daemon_trajectories_guard" not in _index_names(engine, "daemon_trajectories")
+        with engine.begin() as conn:  # data written under version 1 survives the upgrade
+            conn.execute(
+                text(
+                    "INSERT INTO daemon_positions (consumer_group, kafka_topic, kafka_partition,"
+                    " next_offset, updated_at) VALUES ('g', 't', 0, 42, :at)"
+                ),
+                {"at": datetime(2026, 1, 1)},
+            )
+        with StateStore(db_url) as store:
+            assert store.schema_version() == 2
+            assert store.positions("g") == {("t", 0): 42}
+            fill(store, 1)
+            assert store.success_counts(["base"]) == {"base": (1, 0)}
+        assert "daemon_trajectories_guard" in _index_names(engine, "daemon_trajectories")
+        with engine.connect() as conn:
+            versions = conn.execute(text("SELECT version FROM daemon_schema_version")).scalars()
+            assert sorted(versions) == [1, 2]
+    finally:
+        engine.dispose()
+
+
+def test_a_newer_schema_is_refused(store: StateStore, db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO daemon_schema_version (version, description, applied_at) "
+                    "VALUES (99, 'from the future', :at)"
+                ),
+                {"at": datetime(2030, 1, 1)},
+            )
+    finally:
+        engine.dispose()
+    with pytest.raises(SchemaTooNew, match="version 99.*up to 2"):
+        StateStore(db_url)
+
+
+def test_simultaneous_first_starts_migrate_once(db_url: str) -> None:
+    stores: list[StateStore] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_store() -> None:
+        try:
+            start.wait()
+            stores.append(StateStore(db_url))
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    try:
+        assert not errors, errors
+        assert len(stores) == 4 and {s.schema_version() for s in stores} == {SCHEMA_VERSION}
+        with stores[0]._engine.connect() as conn:
+            rows = conn.execute(text("SELECT version FROM daemon_schema_version")).scalars()
+            assert sorted(rows) == [m.version for m in MIGRATIONS]
+    finally:
+        for s in stores:
+            s.close()
+
+
+# --- odds and ends --------------------------------------------------------------------------
+
+
+def test_unsupported_dialect() -> None:
+    with pytest.raises(StoreError, match="supports sqlite and postgresql"):
+        StateStore("mysql://u@localhost/db")
+
+
+def test_ingest_item_from_a_trajectory() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    trajectory = Trajectory(
+        trajectory_id="t-1",
+        agent_id="agent-7",
+        target=TargetRef(model_id="tiny", version="3"),
+        harness_version="ov-abc",
+        task=TaskRef(
+            env="dbbench",
+            split="dev",
+            task_id="q1",
+            task_type="counting",
+            instruction="How many?",
+            seed=0,
+        ),
+        steps=[],
+        outcome=Outcome(success=True, reward=0.5, termination=Termination.SUCCESS, steps=0),
+        timings=Timings(started_at=at, finished_at=at),
+    )
+    payload = trajectory.to_json_bytes()
+    got = ingest_item(trajectory, payload, topic=TOPIC, partition=2, offset=7)
+    assert (got.env, got.target, got.harness_version) == ("dbbench", "tiny@3", "ov-abc")
+    assert got.failed  # a partial reward counts as a failure
+    assert got.payload is payload and (got.partition, got.offset) == (2, 7)
