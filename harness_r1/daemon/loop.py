@@ -260,7 +260,7 @@ class ImprovementLoop:
         if not winners:
             return None
         delta, cid = max(winners)
-        index = int(cid.rsplit("-", 1)[1])
+        index = int(cid.rsplit("-c", 1)[1])
         patch = proposals[index].patch
         assert patch is not None  # the gate promotes evaluated candidates only
         target = self.config.release_target

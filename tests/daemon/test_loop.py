@@ -1,0 +1,106 @@
+"""The improvement loop on the real store, real WebShop episodes and the real sandbox, with
+test doubles only for the two models (see daemon_rig.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from daemon_rig import ReferenceEngineer, canary_for, data_root, failed_trajectories
+
+from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, TaskIndex
+from harness_r1.daemon.proposers import TemplateProposer
+from harness_r1.daemon.store import StateStore, ingest_item
+from harness_r1.deploy.publisher import Publisher
+from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.deploy.signing import Signer
+
+pytestmark = pytest.mark.integration
+
+
+def build(tmp_path: Path, proposer, **config):  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store, registry = StateStore(url), OverlayRegistry(url)
+    sent: list[tuple[str, bytes]] = []
+    publisher = Publisher(
+        registry,
+        Signer("k", Ed25519PrivateKey.generate()),
+        lambda topic, value, key: sent.append((topic, value)),
+    )
+    defaults = {"batch_size": 12, "k": 3, "guard_limit": 20, "release_target": "shop"}
+    defaults.update(config)
+    loop = ImprovementLoop(
+        store,
+        registry,
+        proposer,
+        canary_for,
+        TaskIndex(data_root()),
+        LoopConfig(**defaults),
+        publisher,
+    )
+    return loop, store, registry, sent
+
+
+def ingest(store: StateStore, trajectories) -> None:  # type: ignore[no-untyped-def]
+    items = [
+        ingest_item(t, t.to_json_bytes(), topic="t", partition=0, offset=i)
+        for i, t in enumerate(trajectories)
+    ]
+    store.ingest(items, "g", {("t", 0): len(items)})
+
+
+def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer())
+    ingest(store, failed_trajectories(12))
+    assert loop.flush() == 1
+    outcome = loop.work_once("w1")
+    assert outcome is not None
+    assert outcome.rewards[0] > 0, outcome  # the reference patch helps on this batch
+    assert outcome.rewards[1:] == (0.0, 0.0)  # static rejection, unparseable: invalid -> 0
+    assert outcome.verdicts[0] == "promote" and outcome.overlay_id is not None
+    record = registry.get(outcome.overlay_id)
+    assert record.state is OverlayState.CANARY and record.target == "shop"
+    assert record.group_id == outcome.batch_id and record.packet_id == outcome.packet_id
+    assert [topic for topic, _ in sent] == ["harness-r1.overlay-releases"]
+    rows = store.canary_results(outcome.batch_id)
+    assert [r.status for r in rows] == ["evaluated", "invalid", "invalid"]
+    assert rows[0].overlay_id == outcome.overlay_id
+    [group] = store.untrained_groups()
+    assert list(group.rewards) == list(outcome.rewards)
+    assert "messages" in json.loads(group.prompt)  # no token ids: kept for SFT, not replay
+    assert store.batch_state(outcome.batch_id) == "done"
+
+
+def test_template_teacher_batch_is_evaluated_and_stored(tmp_path: Path) -> None:
+    loop, store, registry, _ = build(tmp_path, TemplateProposer(), k=2, guard_limit=0)
+    ingest(store, failed_trajectories(8, offset=1))
+    assert loop.flush(datetime.now(UTC) + timedelta(hours=1)) == 1  # the window expired
+    outcome = loop.work_once("w1")
+    assert outcome is not None and len(outcome.rewards) == 2
+    assert store.count_canary_results() == 2
+    assert all(v != "promote" for v in outcome.verdicts)  # no guard set: never promoted
+
+
+def test_back_pressure_keeps_failures_buffered(tmp_path: Path) -> None:
+    loop, store, _, _ = build(tmp_path, TemplateProposer(), batch_size=2, max_pending_batches=2)
+    ingest(store, failed_trajectories(8, offset=2))
+    assert loop.flush() == 2
+    assert loop.flush() == 0  # two batches wait: nothing more is sealed, nothing dropped
+    assert sum(b.size for b in store.open_buffers()) == 4
+
+
+def test_infrastructure_failure_is_retried_not_rewarded(tmp_path: Path) -> None:
+    def broken(env: str):  # type: ignore[no-untyped-def]
+        raise ConnectionError("target model unreachable")
+
+    loop, store, _, _ = build(tmp_path, TemplateProposer(), batch_size=4, max_attempts=2)
+    loop.canary_for = broken
+    ingest(store, failed_trajectories(4, offset=3))
+    loop.flush()
+    assert loop.work_once("w1") is None
+    assert store.pending_batches() == 1 and store.count_canary_results() == 0
+    assert loop.work_once("w1") is None
+    assert store.pending_batches() == 0 and store.count_groups() == 0
