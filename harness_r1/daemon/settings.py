@@ -149,7 +149,7 @@ class KafkaOptions(_Group):
 EngineerBackend = Annotated[
     Literal["template", "smollm2", "openai", "vllm"], BeforeValidator(_lower)
 ]
-TargetPolicy = Annotated[Literal["smollm2", "openai", "scripted"], BeforeValidator(_lower)]
+TargetPolicy = Annotated[Literal["smollm2", "openai"], BeforeValidator(_lower)]
 LogFormat = Annotated[Literal["json", "console"], BeforeValidator(_lower)]
 LogLevel = Annotated[
     Literal["debug", "info", "warning", "error", "critical"], BeforeValidator(_lower)
@@ -199,8 +199,8 @@ class LoopOptions(_Group):
     )
     target_policy: TargetPolicy = Field(
         default="smollm2",
-        description="The frozen target the canaries run: smollm2 (embedded), openai (server "
-        "at target_url) or scripted (deterministic, for tests).",
+        description="The frozen target the canaries run: smollm2 (embedded) or openai (server "
+        "at target_url).",
     )
     target_url: str | None = Field(
         default=None, description="Base URL of the target's OpenAI-compatible server."
@@ -232,6 +232,18 @@ class LoopOptions(_Group):
     )
     release_target: str = Field(
         default="default", min_length=1, description="Agent pool the releases are for."
+    )
+    gate_min_batch: int = Field(
+        default=8, ge=1, description="Gate: fewest batch tasks a promotion may rest on."
+    )
+    gate_min_guard: int = Field(
+        default=20, ge=0, description="Gate: fewest guard tasks a promotion may rest on."
+    )
+    gate_alpha: float = Field(
+        default=0.05, gt=0, lt=1, description="Gate: level of the guard regression test."
+    )
+    max_new_tokens: int = Field(
+        default=96, ge=1, description="Frozen target: tokens generated per decision (canary)."
     )
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from harness_r1.deploy.guard import GuardConfig
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.deploy.signing import Signer
+from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 
 
@@ -93,6 +94,7 @@ class CanaryRunners:
         from harness_r1.daemon.canary_command import static_validator
         from harness_r1.envs import get_suite
         from harness_r1.harness import HarnessRuntime, RunConfig
+        from harness_r1.harness.policies.base import SamplingConfig
         from harness_r1.harness.policies.factory import PolicySpec, build_policy
         from harness_r1.sandbox.canary import CanaryRunner
         from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
@@ -106,6 +108,7 @@ class CanaryRunners:
                 model=loop.target_model,
                 api_key=api_key,
                 cache_dir=self.settings.cache,
+                sampling=SamplingConfig(max_new_tokens=loop.max_new_tokens),
             )
         )
         config = RunConfig(
@@ -224,6 +227,11 @@ def build_daemon(
             rollout_fraction=loop_options.rollout_fraction,
             release_target=loop_options.release_target,
             lease_s=loop_options.canary_lease_s,
+            gate=GateConfig(
+                min_batch_tasks=loop_options.gate_min_batch,
+                min_guard_tasks=loop_options.gate_min_guard,
+                alpha=loop_options.gate_alpha,
+            ),
             guard=GuardConfig(
                 min_episodes=guard_options.min_episodes,
                 max_episodes=guard_options.max_episodes,
