@@ -68,6 +68,7 @@ class IngestSink:
     def lag(self, lag: dict[str, int]) -> None: ...
     def committed(self, at: float) -> None: ...
     def queue_depth(self, pending: int, running: int) -> None: ...
+    def broker_error(self, op: str) -> None: ...
 
 
 class Daemon:
@@ -168,6 +169,7 @@ class Daemon:
         assert self.ingest is not None
         backoff = self.config.backoff_initial_s
         lag_at = 0.0
+        was_connected = True
         while not self._stop.is_set():
             try:
                 report = self.ingest.poll_once()
@@ -181,6 +183,15 @@ class Daemon:
             self._store_ok = True
             backoff = self.config.backoff_initial_s
             self.sink.polled(report)
+            connected = self.ingest.reader.connected
+            if not connected and was_connected:
+                self.sink.broker_error("poll")
+                log.warning("broker_unreachable", error=self.ingest.reader.last_error)
+            elif connected and not was_connected:
+                log.info("broker_reachable")
+            was_connected = connected
+            if report.records and not report.committed:
+                self.sink.broker_error("commit")
             if report.committed and self.ingest.last_commit_at is not None:
                 self.sink.committed(self.ingest.last_commit_at)
             if time.monotonic() - lag_at >= self.config.lag_interval_s:

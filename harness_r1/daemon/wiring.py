@@ -63,6 +63,9 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
     def store_error(self) -> None:
         self.m.broker_errors.labels(op="store").inc()
 
+    def broker_error(self, op: str) -> None:
+        self.m.broker_errors.labels(op=op).inc()
+
     def lag(self, lag: dict[str, int]) -> None:
         for topic, behind in lag.items():
             self.m.consumer_lag.labels(topic=topic).set(behind)

@@ -27,6 +27,7 @@ import httpx
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from harness_r1.harness.policies.base import ChatMessage
+from harness_r1.harness.policies.local_models import turn_stop_ids
 from harness_r1.harness.policies.openai_http import _retryable
 
 #: Default completion budget: the example patches of the prompt take 150-300 tokens.
@@ -136,10 +137,7 @@ class TransformersEngineer:
         self.top_p = top_p
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        config = getattr(model, "generation_config", None)
-        eos = getattr(config, "eos_token_id", None)
-        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        self.stop_ids = sorted(i for i in eos_ids if i is not None)
+        self.stop_ids = turn_stop_ids(self.tokenizer, model)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.generated_tokens = 0
 

@@ -314,22 +314,11 @@ def lora_config(settings: Any) -> Any:
 
 
 def _align_eos(tokenizer: Any, model: Any) -> None:
-    """Make the tokenizer's eos the model's end-of-turn token when they disagree.
+    """Checkpoints converted before the fix (or other bases) may still disagree: align here
+    too, so the Trainer never makes `<|im_start|>` the model's only eos."""
+    from harness_r1.harness.policies.local_models import align_turn_tokens
 
-    The GGUF-converted SmolLM2 tokenizer says eos is `<|im_start|>` (id 1) while the model's
-    generation config (and its chat template) end a turn with `<|im_end|>` (id 2). Left alone,
-    the Trainer "aligns" the model to the tokenizer, making `<|im_start|>` the model's only eos.
-    """
-    config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None)
-    if isinstance(eos, list) and len(eos) == 1:
-        eos = eos[0]
-    if not isinstance(eos, int) or tokenizer.eos_token_id == eos:
-        return
-    token = tokenizer.convert_ids_to_tokens(eos)
-    if isinstance(token, str):
-        log.info("tokenizer eos aligned to the model's", was=tokenizer.eos_token, now=token)
-        tokenizer.eos_token = token
+    align_turn_tokens(tokenizer, model)
 
 
 def load_policy(base_dir: Path, settings: Any, adapter: Path | None = None) -> tuple[Any, Any, Any]:

@@ -74,3 +74,14 @@ def test_force_hook_wins_a_real_alfworld_game_whatever_the_model_says(
     assert [s.action for s in trajectory.steps] == walkthrough
     assert all(s.effects[0].kind == "force" for s in trajectory.steps)
     assert trajectory.harness_version == "ov-walkthrough"
+
+
+def test_converted_tokenizer_ends_turns_like_the_model(policy: TransformersPolicy) -> None:
+    """The GGUF tokenizer says eos is <|im_start|>; the conversion makes it <|im_end|> (what the
+    model's generation config and chat template end a turn with), and generation still stops
+    at either (a model opening a new turn has finished its answer)."""
+    tokenizer = policy.tokenizer
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token is not None
+    assert tokenizer.eos_token_id == policy.model.generation_config.eos_token_id
+    stops = set(policy._stop_ids.tolist())  # noqa: SLF001
+    assert {tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.eos_token_id} <= stops

@@ -13,6 +13,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class ModelNotFound(FileNotFoundError):
@@ -61,10 +62,44 @@ def _fingerprint(path: Path) -> str:
     ]
 
 
+#: Bumped when the conversion itself changes, so older cached conversions are not reused.
+CONVERSION = "c2"  # c2: tokenizer eos/pad = the model's end-of-turn token
+
+
+def turn_stop_ids(tokenizer: Any, model: Any) -> list[int]:
+    """Token ids that end a generated turn: the model's eos ids, the tokenizer's eos, and a
+    chat template's turn opener (a model that starts a new turn has finished its answer)."""
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
+    opener = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    if isinstance(opener, int) and opener != getattr(tokenizer, "unk_token_id", None):
+        ids.add(opener)
+    return sorted(i for i in ids if isinstance(i, int))
+
+
+def align_turn_tokens(tokenizer: Any, model: Any) -> None:
+    """The GGUF-converted SmolLM2 tokenizer says eos is `<|im_start|>` (id 1) while the model's
+    generation config and chat template end a turn with `<|im_end|>` (id 2); make the
+    tokenizer's eos (and pad, when missing) the model's end-of-turn token, as the original
+    SmolLM2 tokenizer has it. Training appends eos to completions, so this matters there."""
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, list) and eos:
+        eos = eos[0]
+    if isinstance(eos, int) and tokenizer.eos_token_id != eos:
+        token = tokenizer.convert_ids_to_tokens(eos)
+        if isinstance(token, str):
+            tokenizer.eos_token = token
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
 def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) -> Path:
     """Directory of a plain (non-quantized) checkpoint for `model`, converting on first use."""
     gguf = locate_gguf(model)
-    target = (cache_dir or default_cache_dir()) / "models" / f"{model.name}-{_fingerprint(gguf)}"
+    name = f"{model.name}-{_fingerprint(gguf)}-{CONVERSION}"
+    target = (cache_dir or default_cache_dir()) / "models" / name
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,6 +108,7 @@ def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) ->
     shutil.rmtree(tmp, ignore_errors=True)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    align_turn_tokens(tokenizer, loaded)
     loaded.config.quantization_config = None
     loaded.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(loaded.config, "_pre_quantization_dtype"):

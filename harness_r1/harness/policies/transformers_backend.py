@@ -18,7 +18,11 @@ from harness_r1.harness.policies.base import (
     PolicyError,
     SamplingConfig,
 )
-from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpoint
+from harness_r1.harness.policies.local_models import (
+    EMBEDDED,
+    converted_checkpoint,
+    turn_stop_ids,
+)
 
 
 class TransformersPolicy:
@@ -58,11 +62,8 @@ class TransformersPolicy:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model: Any = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32)
         self.model.eval()
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        self._stop_ids = torch.tensor(
-            sorted(i for i in eos_ids | {self.tokenizer.pad_token_id} if i is not None)
-        )
+        stops = set(turn_stop_ids(self.tokenizer, self.model))
+        self._stop_ids = torch.tensor(sorted(stops | {self.tokenizer.pad_token_id}))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
 
