@@ -210,6 +210,12 @@ class DaemonMetrics:
             ["queue"],
             registry=registry,
         )
+        self.control_commands = Counter(
+            "harness_r1_control_commands_seen",
+            "Control commands read from the control topic, by command and what the daemon did",
+            ["command", "result"],
+            registry=registry,
+        )
         self._window = win_window
         self._recent: dict[str, deque[bool]] = {}
         self._lock = threading.Lock()

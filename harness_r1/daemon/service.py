@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop
 from harness_r1.daemon.store import StateStore
@@ -80,6 +81,7 @@ class Daemon:
         config: DaemonConfig | None = None,
         sink: IngestSink | None = None,
         grpo_update: Callable[[], int] | None = None,
+        control_factory: Callable[[], ControlFollower] | None = None,
     ) -> None:
         self.store = store
         self._ingest_factory = ingest_factory
@@ -87,6 +89,7 @@ class Daemon:
         self.config = config or DaemonConfig()
         self.sink = sink or IngestSink()
         self._grpo_update = grpo_update
+        self._control_factory = control_factory
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._scheduler: Any = None
@@ -103,6 +106,9 @@ class Daemon:
         _RUNNING[self.config.key] = self
         self.ingest = self._ingest_factory()
         self._spawn("ingest", self._ingest_loop)
+        if self._control_factory is not None:
+            follower = self._control_factory()
+            self._spawn("control", lambda: self._control_loop(follower))
         for worker in self.worker_ids:
             self._spawn(worker, functools.partial(self._worker_loop, worker))
         self._scheduler = self._build_scheduler()
@@ -197,6 +203,15 @@ class Daemon:
             if time.monotonic() - lag_at >= self.config.lag_interval_s:
                 lag_at = time.monotonic()
                 self.sink.lag(self.ingest.reader.lag())
+
+    def _control_loop(self, follower: ControlFollower) -> None:
+        while not self._stop.is_set():
+            try:
+                follower.poll_once(timeout_ms=500)
+            except Exception as err:  # noqa: BLE001 - the registry failed: wait, retry
+                log.error("control_follow_error", error=f"{type(err).__name__}: {err}")
+                self._stop.wait(self.config.backoff_initial_s)
+        follower.reader.close()
 
     def _worker_loop(self, worker: str) -> None:
         while not self._stop.is_set():

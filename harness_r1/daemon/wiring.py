@@ -15,7 +15,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics, make_producer, publish
+from harness_r1.consumers.kafka import (
+    BroadcastReader,
+    KafkaSettings,
+    ensure_topics,
+    make_producer,
+    publish,
+)
+from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, LoopMetricsSink, TaskIndex
 from harness_r1.daemon.observability import DaemonMetrics, HealthServer
@@ -26,7 +33,7 @@ from harness_r1.daemon.store import StateStore
 from harness_r1.deploy.guard import GuardConfig
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
-from harness_r1.deploy.signing import Signer
+from harness_r1.deploy.signing import Keyring, Signer
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 
@@ -271,6 +278,7 @@ def build_daemon(
         ),
         adapter,
         grpo_update=_grpo_job(store, settings, metrics),
+        control_factory=_control_follower(settings, kafka, overlays, metrics),
     )
     health = HealthServer(registry, settings.metrics.host, settings.metrics.port, daemon.ready)
 
@@ -280,6 +288,33 @@ def build_daemon(
         overlays.close()
 
     return Built(daemon, health, metrics, registry, close)
+
+
+def _control_follower(
+    settings: Settings, kafka: KafkaSettings, overlays: OverlayRegistry, metrics: DaemonMetrics
+) -> Callable[[], ControlFollower] | None:
+    """Follow the control topic when the daemon knows the trusted keys (keys_dir, or the public
+    half of its own signing key); without keys it cannot verify, so it does not follow."""
+    keyring = trusted_keys(settings)
+    if keyring is None:
+        return None
+
+    def report(command: str, result: str) -> None:
+        metrics.control_commands.labels(command=command, result=result).inc()
+
+    def build() -> ControlFollower:
+        reader = BroadcastReader(kafka, [settings.control_topic])
+        return ControlFollower(reader, keyring, overlays, report)
+
+    return build
+
+
+def trusted_keys(settings: Settings) -> Keyring | None:
+    if settings.keys_dir is not None:
+        return Keyring.from_directory(settings.keys_dir)
+    if settings.signing_key is not None:
+        return Keyring.of([Signer.from_file(settings.require_signing_key())])
+    return None
 
 
 def _grpo_job(store: StateStore, settings: Settings, metrics: DaemonMetrics) -> Callable[[], int]:

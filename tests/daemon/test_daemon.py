@@ -118,3 +118,50 @@ def test_malformed_messages_go_to_the_dead_letter_topic(settings: Settings, daem
     assert {dict(r.headers)["source_offset"] for r in dead} == {b"0", b"1"}
     positions = store.positions(settings.kafka.group_id)
     assert sum(positions.values()) == 3  # the partition moved past all three
+
+
+def test_registry_follows_a_rollback_published_elsewhere(
+    settings: Settings, daemon: Built, tmp_path: Path
+) -> None:
+    """A signed rollback from another machine reaches the daemon's registry via the topic."""
+    from datetime import UTC, datetime, timedelta
+
+    from daemon_rig import ENV
+
+    from harness_r1.contracts import ControlCommand, ControlKind
+    from harness_r1.deploy.registry import OverlayState
+    from harness_r1.deploy.signing import Signer, seal
+    from harness_r1.sandbox.patchfile import reference_patches
+
+    registry = daemon.daemon.loop.registry
+    patch = next(iter(reference_patches(ENV).values()))
+    overlay = registry.add(patch, "shop").overlay_id
+    registry.transition(overlay, OverlayState.CANARY, actor="daemon", reason="test")
+    assert settings.signing_key is not None
+    signer = Signer.from_file(settings.signing_key)
+    now = datetime.now(UTC)
+    command = ControlCommand(
+        command=ControlKind.ROLLBACK,
+        command_id="elsewhere-1",
+        target="shop",
+        seq=1,
+        key_id=signer.key_id,
+        issued_at=now,
+        expires_at=now + timedelta(minutes=5),
+        revoke_overlay_id=overlay,
+        actor="bob",
+        reason="pager went off",
+    )
+    forged = command.model_copy(update={"revoke_overlay_id": "ov-000000000000"})
+    producer = make_producer(kafka(settings))
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    intruder = Signer(signer.key_id, Ed25519PrivateKey.generate())
+    publish(producer, settings.control_topic, seal(forged, intruder).to_json_bytes(), timeout_s=10)
+    publish(producer, settings.control_topic, seal(command, signer).to_json_bytes(), timeout_s=10)
+    producer.close(timeout=5)
+    wait_for(lambda: registry.get(overlay).state is OverlayState.ROLLED_BACK, 30, "reconcile")
+    assert registry.events(overlay)[-1].actor == "bob"
+    metrics = httpx.get(f"http://127.0.0.1:{daemon.health.port}/metrics").text
+    assert 'command="unknown",result="rejected_bad_signature"} 1.0' in metrics
+    assert 'command="rollback",result="reconciled"} 1.0' in metrics
