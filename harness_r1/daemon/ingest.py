@@ -23,10 +23,9 @@ import structlog
 from pydantic import ValidationError
 
 from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, Record
-from harness_r1.consumers.packets import is_failure
 from harness_r1.contracts import Trajectory
 from harness_r1.contracts.base import UnsupportedSchemaVersion
-from harness_r1.daemon.store import IngestItem, IngestResult, StateStore
+from harness_r1.daemon.store import IngestResult, StateStore, ingest_item
 
 log = structlog.get_logger(__name__)
 
@@ -80,25 +79,6 @@ def _loc(err: ValidationError) -> str:
     return ".".join(str(part) for part in loc) or "<root>"
 
 
-def to_item(trajectory: Trajectory, record: Record) -> IngestItem:
-    return IngestItem(
-        trajectory_id=trajectory.trajectory_id,
-        env=trajectory.task.env,
-        target=f"{trajectory.target.model_id}@{trajectory.target.version}",
-        harness_version=trajectory.harness_version,
-        agent_id=trajectory.agent_id,
-        task_id=trajectory.task.task_id,
-        task_type=trajectory.task.task_type,
-        success=trajectory.outcome.success,
-        reward=trajectory.outcome.reward,
-        failed=is_failure(trajectory),
-        payload=record.value,
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-    )
-
-
 class TrajectoryIngest:
     """One reader of the trajectory topic (all partitions, or the ones `owns` says)."""
 
@@ -141,7 +121,15 @@ class TrajectoryIngest:
                 dead += 1
                 continue
             parsed.append(trajectory)
-            items.append(to_item(trajectory, record))
+            items.append(
+                ingest_item(
+                    trajectory,
+                    record.value,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                )
+            )
         result = self.store.ingest(items, self.config.group, next_positions(records))
         committed = self.reader.commit(self.config.commit_timeout_ms)
         if committed:

@@ -32,7 +32,6 @@ import json
 import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -43,8 +42,6 @@ from sqlalchemy import (
     Column,
     Connection,
     DateTime,
-    Dialect,
-    Engine,
     Float,
     ForeignKey,
     Index,
@@ -55,12 +52,9 @@ from sqlalchemy import (
     Table,
     Text,
     case,
-    create_engine,
     delete,
-    event,
     exists,
     func,
-    make_url,
     or_,
     select,
     text,
@@ -69,16 +63,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from sqlalchemy.types import TypeDecorator
 
 from harness_r1.consumers.packets import is_failure
 from harness_r1.contracts import Trajectory
+from harness_r1.deploy.sqlbase import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    SqlDatabase,
+    UtcDateTime,
+)
 
-DEFAULT_BUSY_TIMEOUT_MS = 30_000
-SUPPORTED_DIALECTS = ("sqlite", "postgresql")
-
-# Execution option read by the SQLite "begin" hook: how the transaction starts.
-_SQLITE_BEGIN = "harness_r1_sqlite_begin"
 # Key of the PostgreSQL advisory lock that serialises migrations ("hr1store" as an int).
 _PG_MIGRATION_LOCK = int.from_bytes(b"hr1store", "big") >> 1
 # Rows per multi-row statement: far below SQLite's and PostgreSQL's bound-parameter limits.
@@ -232,32 +225,6 @@ def ingest_item(
 # --- schema (current) -----------------------------------------------------------------------
 
 
-class _UtcDateTime(TypeDecorator[datetime]):
-    """Timestamps stored in UTC and always read back tz-aware.
-
-    SQLite keeps no offset (it would return naive datetimes), PostgreSQL returns the session's
-    zone: both are normalised to UTC here so records compare and serialise the same everywhere.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("the daemon state store takes tz-aware datetimes only")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if not isinstance(value, datetime):
-            raise StoreError(f"expected a datetime from the database, got {value!r}")
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 class StoreBase(DeclarativeBase):
     """Metadata of the store's tables only, so it can share a database with the overlay
     registry without either creating or dropping the other's tables.
@@ -274,7 +241,7 @@ class _VersionRow(StoreBase):
 
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     description: Mapped[str] = mapped_column(Text)
-    applied_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    applied_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 _VERSION_TABLE: Table = StoreBase.metadata.tables["daemon_schema_version"]
@@ -297,7 +264,7 @@ class _TrajectoryRow(StoreBase):
     kafka_topic: Mapped[str] = mapped_column(String(255))
     kafka_partition: Mapped[int] = mapped_column(Integer)
     kafka_offset: Mapped[int] = mapped_column(BigInteger)
-    consumed_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    consumed_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _BufferRow(StoreBase):
@@ -312,7 +279,7 @@ class _BufferRow(StoreBase):
     env: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(200))
     harness_version: Mapped[str] = mapped_column(String(128))
-    buffered_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    buffered_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _BatchRow(StoreBase):
@@ -325,12 +292,12 @@ class _BatchRow(StoreBase):
     harness_version: Mapped[str] = mapped_column(String(128))
     state: Mapped[str] = mapped_column(String(16))
     worker: Mapped[str | None] = mapped_column(String(200))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(_UtcDateTime())
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     attempts: Mapped[int] = mapped_column(Integer)
     detail: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(_UtcDateTime())
-    updated_at: Mapped[datetime] = mapped_column(_UtcDateTime())
-    finished_at: Mapped[datetime | None] = mapped_column(_UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class _BatchItemRow(StoreBase):
@@ -355,7 +322,7 @@ class _PositionRow(StoreBase):
     kafka_topic: Mapped[str] = mapped_column(String(255), primary_key=True)
     kafka_partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     next_offset: Mapped[int] = mapped_column(BigInteger)
-    updated_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _PacketRow(StoreBase):
@@ -364,7 +331,7 @@ class _PacketRow(StoreBase):
     packet_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     batch_id: Mapped[str] = mapped_column(String(32), ForeignKey("daemon_batches.batch_id"))
     packet_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _CanaryReportRow(StoreBase):
@@ -377,7 +344,7 @@ class _CanaryReportRow(StoreBase):
     )
     packet_id: Mapped[str] = mapped_column(String(128))
     report_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _CandidateRowModel(StoreBase):
@@ -406,8 +373,8 @@ class _GroupRowModel(StoreBase):
     prompt: Mapped[str] = mapped_column(Text)
     completions_json: Mapped[str] = mapped_column(Text)
     rewards_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(_UtcDateTime())
-    trained_at: Mapped[datetime | None] = mapped_column(_UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    trained_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     engineer_version: Mapped[str | None] = mapped_column(String(128))
 
 
@@ -718,47 +685,18 @@ def _trajectory_values(item: IngestItem, now: datetime) -> dict[str, Any]:
     }
 
 
-def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
-    """WAL, busy_timeout and foreign keys per connection; SQLAlchemy, not the sqlite3 module,
-    emits BEGIN (the module's legacy mode never begins a transaction before a SELECT, so a
-    read-then-write would not be isolated), with the mode the engine's options ask for."""
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA foreign_keys = ON")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get(_SQLITE_BEGIN, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
-
-
 # --- the store ------------------------------------------------------------------------------
 
 
-class StateStore:
+class StateStore(SqlDatabase):
     """The daemon's durable state. Safe to use from several threads and several processes on
     the same database; every method runs in its own short transaction."""
 
+    what = "the daemon state store"
+    error = StoreError
+
     def __init__(self, url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
-        parsed = make_url(url)
-        self._dialect = parsed.get_backend_name()
-        if self._dialect not in SUPPORTED_DIALECTS:
-            raise StoreError(
-                f"the daemon state store supports {' and '.join(SUPPORTED_DIALECTS)} URLs; "
-                f"got {parsed.render_as_string(hide_password=True)!r}"
-            )
-        self._engine = create_engine(parsed)
-        if self._dialect == "sqlite":
-            _configure_sqlite(self._engine, busy_timeout_ms)
-        self._write_engine = self._engine.execution_options(**{_SQLITE_BEGIN: "IMMEDIATE"})
+        super().__init__(url, busy_timeout_ms=busy_timeout_ms)
         self._insert = sqlite_dialect.insert if self._dialect == "sqlite" else pg_dialect.insert
         try:
             self._migrate()
@@ -776,33 +714,15 @@ class StateStore:
                 )
             upgrade(conn)
 
-    @property
-    def url(self) -> str:
-        """The database URL with any password hidden: safe for logs and error messages."""
-        return self._engine.url.render_as_string(hide_password=True)
-
     def schema_version(self) -> int:
         with self._engine.connect() as conn:
             return current_version(conn)
-
-    def close(self) -> None:
-        self._engine.dispose()
 
     def __enter__(self) -> StateStore:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[Session]:
-        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
-            yield session
-
-    @contextmanager
-    def _read(self) -> Iterator[Session]:
-        with Session(self._engine) as session, session.begin():
-            yield session
 
     @staticmethod
     def _rowcount(session: Session, statement: Any) -> int:

@@ -26,8 +26,7 @@ import difflib
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -35,34 +34,26 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    Connection,
-    DateTime,
-    Dialect,
-    Engine,
     ForeignKey,
     Index,
     Integer,
     String,
     Text,
-    create_engine,
-    event,
-    make_url,
     select,
     text,
 )
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from sqlalchemy.types import TypeDecorator
 
 from harness_r1.contracts import HookName, Patch
+from harness_r1.deploy.sqlbase import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    SqlDatabase,
+    UtcDateTime,
+)
 
 DEFAULT_URL = "sqlite:///harness_r1.db"
-DEFAULT_BUSY_TIMEOUT_MS = 30_000
-SUPPORTED_DIALECTS = ("sqlite", "postgresql")
-
-# Execution option read by the SQLite "begin" hook: how the transaction starts.
-_SQLITE_BEGIN = "harness_r1_sqlite_begin"
 
 
 class OverlayState(StrEnum):
@@ -154,32 +145,6 @@ class OverlayEvent:
 # --- schema ---------------------------------------------------------------------------------
 
 
-class _UtcDateTime(TypeDecorator[datetime]):
-    """Timestamps stored in UTC and always read back tz-aware.
-
-    SQLite keeps no offset (it would return naive datetimes), PostgreSQL returns the session's
-    zone: both are normalised to UTC here so records compare and serialise the same everywhere.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("the overlay registry stores tz-aware datetimes only")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if not isinstance(value, datetime):
-            raise RegistryError(f"expected a datetime from the database, got {value!r}")
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 class RegistryBase(DeclarativeBase):
     """Metadata of the registry's tables only, so it can share a database with the daemon's
     state store without either creating or dropping the other's tables."""
@@ -212,8 +177,8 @@ class _OverlayRow(RegistryBase):
         String(32), ForeignKey("overlay_overlays.overlay_id")
     )
     evidence_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(_UtcDateTime())
-    updated_at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _EventRow(RegistryBase):
@@ -227,7 +192,7 @@ class _EventRow(RegistryBase):
     to_state: Mapped[str] = mapped_column(String(16))
     actor: Mapped[str] = mapped_column(String(200))
     reason: Mapped[str] = mapped_column(Text)
-    at: Mapped[datetime] = mapped_column(_UtcDateTime())
+    at: Mapped[datetime] = mapped_column(UtcDateTime())
     evidence_json: Mapped[str] = mapped_column(Text)
 
 
@@ -324,79 +289,32 @@ def _event_row(
     )
 
 
-def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
-    """WAL, busy_timeout and foreign keys per connection; SQLAlchemy, not the sqlite3 module,
-    emits BEGIN (the module's legacy mode never begins a transaction before a SELECT, so a
-    read-then-write would not be isolated), with the mode the engine's options ask for."""
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA foreign_keys = ON")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get(_SQLITE_BEGIN, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
-
-
 # --- the registry ---------------------------------------------------------------------------
 
 
-class OverlayRegistry:
+class OverlayRegistry(SqlDatabase):
     """Overlays, their lifecycle and audit trail, and per-target sequence counters.
 
     Safe to use from several threads and several processes on the same database; every method
     runs in its own short transaction.
     """
 
+    what = "the overlay registry"
+    error = RegistryError
+
     def __init__(
         self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     ) -> None:
-        parsed = make_url(url)
-        self._dialect = parsed.get_backend_name()
-        if self._dialect not in SUPPORTED_DIALECTS:
-            raise RegistryError(
-                f"the overlay registry supports {' and '.join(SUPPORTED_DIALECTS)} URLs; "
-                f"got {parsed.render_as_string(hide_password=True)!r}"
-            )
-        self._engine = create_engine(parsed)
-        if self._dialect == "sqlite":
-            _configure_sqlite(self._engine, busy_timeout_ms)
-        self._write_engine = self._engine.execution_options(**{_SQLITE_BEGIN: "IMMEDIATE"})
+        super().__init__(url, busy_timeout_ms=busy_timeout_ms)
         # Inside a write transaction so two processes creating the tables at once serialise.
         with self._write_engine.begin() as conn:
             RegistryBase.metadata.create_all(conn)
-
-    @property
-    def url(self) -> str:
-        """The database URL with any password hidden: safe for logs and error messages."""
-        return self._engine.url.render_as_string(hide_password=True)
-
-    def close(self) -> None:
-        self._engine.dispose()
 
     def __enter__(self) -> OverlayRegistry:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[Session]:
-        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
-            yield session
-
-    @contextmanager
-    def _read(self) -> Iterator[Session]:
-        with Session(self._engine) as session, session.begin():
-            yield session
 
     def _row(self, session: Session, overlay_id: str, *, lock: bool = False) -> _OverlayRow:
         query = select(_OverlayRow).where(_OverlayRow.overlay_id == overlay_id)

@@ -38,7 +38,7 @@ from harness_r1.consumers.packets import is_failure
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
 from harness_r1.contracts.trajectory import Step
 from harness_r1.daemon.proposers import TemplateProposer
-from harness_r1.daemon.settings import Settings
+from harness_r1.daemon.settings import KafkaOptions, LoopOptions, MetricsOptions, Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import build_daemon
 
@@ -49,7 +49,7 @@ KILLS = 5
 PARTITIONS = 2
 GROUP = "durability-daemon"
 STREAM_S = 10.0  # the chaos test's second half streams in over this long
-NEVER = {"batch_size": 1_000_000, "batch_window_s": 1e9}  # no batch is ever sealed
+NEVER_BATCH, NEVER_WINDOW_S = 1_000_000, 1e9  # no failure batch is ever sealed
 HARNESS_R1 = Path(sys.executable).parent / "harness-r1"
 
 
@@ -181,7 +181,11 @@ def write_config(tmp_path: Path, bootstrap: str, topic: str, run: str) -> Path:
             "events_topic": f"events-{run}",
             "poll_timeout_ms": 200,
         },
-        "loop": {**NEVER, "engineer_backend": "template"},
+        "loop": {
+            "batch_size": NEVER_BATCH,
+            "batch_window_s": NEVER_WINDOW_S,
+            "engineer_backend": "template",
+        },
         "metrics": {"port": 0, "log_level": "warning"},
     }
     path = tmp_path / "daemon.yaml"
@@ -361,14 +365,14 @@ def test_broker_restart_on_durable_storage_neither_crashes_nor_reingests(
             trajectory_topic=topic,
             release_topic=f"rel-{run}",
             control_topic=f"ctl-{run}",
-            kafka={
-                "group_id": GROUP,
-                "dead_letter_topic": f"dlq-{run}",
-                "events_topic": f"events-{run}",
-                "poll_timeout_ms": 200,
-            },
-            loop=NEVER,
-            metrics={"port": 0},
+            kafka=KafkaOptions(
+                group_id=GROUP,
+                dead_letter_topic=f"dlq-{run}",
+                events_topic=f"events-{run}",
+                poll_timeout_ms=200,
+            ),
+            loop=LoopOptions(batch_size=NEVER_BATCH, batch_window_s=NEVER_WINDOW_S),
+            metrics=MetricsOptions(port=0),
         )
         built = build_daemon(settings, proposer=TemplateProposer(), key=uuid.uuid4().hex)
         daemon, store = built.daemon, built.daemon.store

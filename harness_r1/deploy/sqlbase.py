@@ -1,0 +1,109 @@
+"""What the overlay registry and the daemon's state store share about their database.
+
+One SQLAlchemy URL serves both (SQLite by default, PostgreSQL for several daemon workers), so
+they agree on how a connection is set up: SQLite in WAL mode with a busy timeout and write
+transactions that begin IMMEDIATE (a read-then-write cannot lose a race to another process),
+timestamps stored in UTC and read back tz-aware, and short sessions per method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
+from sqlalchemy.engine import Connection, Dialect, make_url
+from sqlalchemy.orm import Session
+
+SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+#: Execution option naming the BEGIN mode of a SQLite transaction (see configure_sqlite).
+SQLITE_BEGIN = "harness_r1_sqlite_begin"
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timestamps stored in UTC and always read back tz-aware.
+
+    SQLite keeps no offset (it would return naive datetimes), PostgreSQL returns the session's
+    zone: both are normalised to UTC here so records compare and serialise the same everywhere.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("the database takes tz-aware datetimes only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise ValueError(f"expected a datetime from the database, got {value!r}")
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    """WAL, busy_timeout and foreign keys per connection; SQLAlchemy, not the sqlite3 module,
+    emits BEGIN (the module's legacy mode never begins a transaction before a SELECT, so a
+    read-then-write would not be isolated), with the mode the engine's options ask for."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+class SqlDatabase:
+    """Engine setup, the URL check and short read/write sessions; subclasses add tables."""
+
+    what = "the database"  # for error messages: "the overlay registry", ...
+    error: type[Exception] = ValueError
+
+    def __init__(self, url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+        parsed = make_url(url)
+        self._dialect = parsed.get_backend_name()
+        if self._dialect not in SUPPORTED_DIALECTS:
+            raise self.error(
+                f"{self.what} supports {' and '.join(SUPPORTED_DIALECTS)} URLs; "
+                f"got {parsed.render_as_string(hide_password=True)!r}"
+            )
+        self._engine = create_engine(parsed)
+        if self._dialect == "sqlite":
+            configure_sqlite(self._engine, busy_timeout_ms)
+        self._write_engine = self._engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+
+    @property
+    def url(self) -> str:
+        """The database URL with any password hidden: safe for logs and error messages."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self._engine) as session, session.begin():
+            yield session
