@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
             signing_key=private,
             loop=LoopOptions(
                 batch_size=n_batch,
-                batch_window_s=30,
+                batch_window_s=3600,  # sealed explicitly when phase 1 ends (below)
                 k=options.k,
                 guard_limit=options.guard_tasks,
                 gate_min_batch=min(8, n_batch),
@@ -173,6 +174,9 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
 
         try:
             before = play("phase 1: the fleet on the base harness")
+            _wait(lambda: store.trajectory_count() >= len(before), 60, lambda: None)
+            # The batch window ends with phase 1: seal what failed (the scheduler would after T s).
+            built.daemon.loop.flush(datetime.now(UTC) + timedelta(seconds=3600))
             console.print("[bold]daemon[/bold]: batch -> packet -> K proposals -> canary -> gate")
             done = _wait(lambda: store.count_canary_results() > 0, options.timeout_s, progress)
             if not done:
