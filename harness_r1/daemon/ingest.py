@@ -41,6 +41,7 @@ class IngestConfig:
     dead_letter_topic: str
     commit_timeout_ms: int = 5_000
     poll_timeout_ms: int = 200
+    max_poll_records: int = 500  # records per store transaction at most
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,12 @@ class TrajectoryIngest:
             for (topic, partition), offset in store.positions(config.group).items()
         }
         self.reader = BroadcastReader(
-            kafka, [config.topic], positions, commit_group=config.group, owns=owns
+            kafka,
+            [config.topic],
+            positions,
+            commit_group=config.group,
+            owns=owns,
+            max_poll_records=config.max_poll_records,
         )
         self.last_commit_at: float | None = None
 

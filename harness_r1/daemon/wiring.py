@@ -259,6 +259,7 @@ def build_daemon(
         dead_letter_topic=settings.kafka.dead_letter_topic,
         commit_timeout_ms=settings.kafka.commit_timeout_ms,
         poll_timeout_ms=settings.kafka.poll_timeout_ms,
+        max_poll_records=settings.kafka.max_poll_records,
     )
     scheduler = settings.scheduler
     daemon = Daemon(
