@@ -112,7 +112,6 @@ class Daemon:
         for worker in self.worker_ids:
             self._spawn(worker, functools.partial(self._worker_loop, worker))
         self._scheduler = self._build_scheduler()
-        self._scheduler.start()
         log.info("daemon_started", workers=len(self.worker_ids))
 
     def stop(self) -> None:
@@ -273,12 +272,20 @@ class Daemon:
             "grpo": grpo_trigger,
             "retention": IntervalTrigger(hours=24),
         }
+        # Started paused so the persistent store is readable: a job already stored keeps its
+        # schedule (next run time) across restarts; a new or changed trigger replaces it.
+        scheduler.start(paused=True)
         for name, trigger in jobs.items():
+            job_id = f"{self.config.key}:{name}"
+            stored = scheduler.get_job(job_id)
+            if stored is not None and str(stored.trigger) == str(trigger):
+                continue
             scheduler.add_job(
                 "harness_r1.daemon.service:run_job",
                 trigger,
                 args=[self.config.key, name],
-                id=f"{self.config.key}:{name}",
+                id=job_id,
                 replace_existing=True,
             )
+        scheduler.resume()
         return scheduler
