@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from harness_r1.consumers.kafka import Record
-from harness_r1.contracts import HookCode, HookName, Patch
+from harness_r1.contracts import HookCode, HookName, OverlayRelease, Patch
 from harness_r1.deploy.client import ClientConfig, ClientMetrics, OverlayClient
 from harness_r1.deploy.publisher import DeployMetrics, Publisher
 from harness_r1.deploy.registry import OverlayRegistry
-from harness_r1.deploy.signing import Keyring, Signer
+from harness_r1.deploy.signing import Keyring, Signer, seal
 from harness_r1.harness.hooks import HookCall
 
 
@@ -69,6 +70,27 @@ class ListSource:
 
     def close(self) -> None:
         pass
+
+
+def signed_release(
+    registry: OverlayRegistry, signer: Signer, overlay_id: str, seq: int, **changes: object
+) -> bytes:
+    """The exact bytes of a release of a registered overlay, signed by SIGNER (any key, so
+    tests can forge), with any field changed."""
+    record = registry.get(overlay_id)
+    now = datetime.now(UTC)
+    fields: dict[str, object] = {
+        "overlay_id": overlay_id,
+        "target": record.target,
+        "seq": seq,
+        "key_id": signer.key_id,
+        "issued_at": now,
+        "expires_at": now + timedelta(minutes=10),
+        "patch_sha256": record.patch.sha256(),
+        "patch": record.patch,
+    }
+    fields.update(changes)
+    return seal(OverlayRelease.model_validate(fields), signer).to_json_bytes()
 
 
 @dataclass

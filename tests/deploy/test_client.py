@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from deploy_rig import Rig, make_patch
+from deploy_rig import signed_release as release_bytes
 
-from harness_r1.contracts import ControlKind, OverlayRelease
+from harness_r1.contracts import ControlKind
 from harness_r1.deploy.client import (
     CONTROL_TOPIC,
     RELEASE_TOPIC,
@@ -19,7 +20,7 @@ from harness_r1.deploy.client import (
     in_cohort,
 )
 from harness_r1.deploy.registry import OverlayState
-from harness_r1.deploy.signing import Signer, seal
+from harness_r1.deploy.signing import Signer
 from harness_r1.deploy.state import Hold
 
 
@@ -29,20 +30,7 @@ def snapshot(client):  # type: ignore[no-untyped-def]
 
 
 def signed_release(rig: Rig, signer: Signer, overlay_id: str, seq: int, **changes: object) -> bytes:
-    record = rig.registry.get(overlay_id)
-    now = datetime.now(UTC)
-    fields: dict[str, object] = {
-        "overlay_id": overlay_id,
-        "target": record.target,
-        "seq": seq,
-        "key_id": signer.key_id,
-        "issued_at": now,
-        "expires_at": now + timedelta(minutes=10),
-        "patch_sha256": record.patch.sha256(),
-        "patch": record.patch,
-    }
-    fields.update(changes)
-    return seal(OverlayRelease.model_validate(fields), signer).to_json_bytes()
+    return release_bytes(rig.registry, signer, overlay_id, seq, **changes)
 
 
 def test_release_activates_and_lease_stamps_the_overlay(rig: Rig) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from deploy_rig import make_patch
+from deploy_rig import make_patch, signed_release
 from prometheus_client import CollectorRegistry
 
 from harness_r1.consumers.broker import EmbeddedBroker
@@ -32,7 +32,6 @@ from harness_r1.contracts import (
     ControlKind,
     HookCode,
     HookName,
-    OverlayRelease,
     Patch,
     Trajectory,
 )
@@ -158,19 +157,7 @@ def test_attacks_over_the_broker_change_nothing_and_are_counted(deployment: Depl
     now = datetime.now(UTC)
 
     def release(signer: Signer, overlay_id: str, seq: int, **kw: object) -> bytes:
-        record = deployment.registry.get(overlay_id)
-        fields: dict[str, object] = {
-            "overlay_id": overlay_id,
-            "target": record.target,
-            "seq": seq,
-            "key_id": signer.key_id,
-            "issued_at": now,
-            "expires_at": now + timedelta(minutes=5),
-            "patch_sha256": record.patch.sha256(),
-            "patch": record.patch,
-        }
-        fields.update(kw)
-        return seal(OverlayRelease.model_validate(fields), signer).to_json_bytes()
+        return signed_release(deployment.registry, signer, overlay_id, seq, **kw)
 
     def command(signer: Signer, seq: int, **kw: object) -> bytes:
         fields: dict[str, object] = {
