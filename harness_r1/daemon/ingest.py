@@ -72,7 +72,40 @@ def parse_trajectory(value: bytes) -> Trajectory:
         raise Unreadable(f"unsupported_version: {err}") from err
     except (ValueError, UnicodeDecodeError) as err:
         raise Unreadable(f"not_json: {err}") from err
+    _check_storable(trajectory)
     return trajectory
+
+
+#: Fields the store indexes, with the column sizes it gives them (store.py).
+STORED_LIMITS = {
+    "trajectory_id": 255,
+    "agent_id": 255,
+    "harness_version": 128,
+    "task.env": 64,
+    "task.task_id": 255,
+    "task.task_type": 100,
+    "target": 200,
+}
+
+
+def _check_storable(trajectory: Trajectory) -> None:
+    """A valid Trajectory the store cannot hold (an id over its column size, a NUL character,
+    which PostgreSQL text refuses) must go to the dead-letter topic, not fail the store
+    transaction of its whole batch again and again (a poison record)."""
+    values = {
+        "trajectory_id": trajectory.trajectory_id,
+        "agent_id": trajectory.agent_id,
+        "harness_version": trajectory.harness_version,
+        "task.env": trajectory.task.env,
+        "task.task_id": trajectory.task.task_id,
+        "task.task_type": trajectory.task.task_type,
+        "target": f"{trajectory.target.model_id}@{trajectory.target.version}",
+    }
+    for field, value in values.items():
+        if len(value) > STORED_LIMITS[field] or "\x00" in value:
+            raise Unreadable(
+                f"unstorable: {field} is over {STORED_LIMITS[field]} characters or has a NUL"
+            )
 
 
 def _loc(err: ValidationError) -> str:

@@ -184,6 +184,9 @@ class Daemon:
                 log.error("ingest_store_error", error=f"{type(err).__name__}: {err}"[:500])
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.config.backoff_max_s)
+                # The reader has moved past the batch that failed: start a new one from the
+                # store's positions, so that batch is read again (never skipped).
+                self.ingest = self._reopen_ingest(self.ingest)
                 continue
             self._store_ok = True
             backoff = self.config.backoff_initial_s
@@ -202,6 +205,16 @@ class Daemon:
             if time.monotonic() - lag_at >= self.config.lag_interval_s:
                 lag_at = time.monotonic()
                 self.sink.lag(self.ingest.reader.lag())
+
+    def _reopen_ingest(self, old: TrajectoryIngest) -> TrajectoryIngest:
+        old.close()
+        while not self._stop.is_set():
+            try:
+                return self._ingest_factory()
+            except Exception as err:  # noqa: BLE001 - store still down: keep trying
+                log.error("ingest_reopen_failed", error=f"{type(err).__name__}: {err}"[:300])
+                self._stop.wait(self.config.backoff_max_s)
+        return old
 
     def _control_loop(self, follower: ControlFollower) -> None:
         while not self._stop.is_set():

@@ -165,3 +165,26 @@ def test_registry_follows_a_rollback_published_elsewhere(
     metrics = httpx.get(f"http://127.0.0.1:{daemon.health.port}/metrics").text
     assert 'command="unknown",result="rejected_bad_signature"} 1.0' in metrics
     assert 'command="rollback",result="reconciled"} 1.0' in metrics
+
+
+def test_a_failed_store_transaction_rereads_its_batch(settings: Settings, daemon: Built) -> None:
+    """The store fails once (e.g. the database is briefly away): the batch it held is read
+    again from the stored positions, so nothing is skipped."""
+    store = daemon.daemon.store
+    real = store.ingest
+    failures = []
+
+    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not failures:
+            failures.append(1)
+            raise ConnectionError("database briefly away")
+        return real(*args, **kwargs)
+
+    store.ingest = flaky  # type: ignore[method-assign]
+    producer = make_producer(kafka(settings))
+    trajectories = failed_trajectories(6, offset=4)
+    for t in trajectories:
+        publish(producer, settings.trajectory_topic, t.to_json_bytes(), timeout_s=10)
+    producer.close(timeout=5)
+    wait_for(lambda: store.trajectory_count() == 6, 60, "all six after the failure")
+    assert failures == [1]
