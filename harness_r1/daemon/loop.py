@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +40,7 @@ from harness_r1.daemon.store import Batch, CandidateRow, StateStore
 from harness_r1.deploy.guard import GuardConfig, GuardDecision, Verdict, judge
 from harness_r1.deploy.guard_loop import enact
 from harness_r1.deploy.publisher import Publisher
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.deploy.registry import OverlayRecord, OverlayRegistry, OverlayState
 from harness_r1.envs import get_suite
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
@@ -157,10 +159,15 @@ class ImprovementLoop:
 
     def work_once(self, worker: str) -> BatchOutcome | None:
         """Claim one batch, process it, finish it. None when no batch was waiting."""
-        batch = self.store.claim_batch(worker, self.config.lease_s)
+        batch = self.store.claim_batch(
+            worker, self.config.lease_s, max_attempts=self.config.max_attempts
+        )
         if batch is None:
             return None
-        with structlog.contextvars.bound_contextvars(batch_id=batch.batch_id, worker=worker):
+        with (
+            structlog.contextvars.bound_contextvars(batch_id=batch.batch_id, worker=worker),
+            self._heartbeat(batch.batch_id, worker),
+        ):
             try:
                 outcome = self.process(batch)
             except Exception as err:  # noqa: BLE001 - infrastructure: retry, never a reward
@@ -169,6 +176,26 @@ class ImprovementLoop:
             self.store.finish_batch(batch.batch_id, worker, "done")
             self.metrics.batch("done")
             return outcome
+
+    @contextmanager
+    def _heartbeat(self, batch_id: str, worker: str) -> Iterator[None]:
+        """Renew the batch's lease every third of it while the canary runs, so a slow canary
+        is not taken over (and run twice) by another worker."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.config.lease_s / 3):
+                if not self.store.renew_lease(batch_id, worker, self.config.lease_s):
+                    log.warning("lease_lost", batch_id=batch_id)
+                    return
+
+        thread = threading.Thread(target=beat, name=f"lease-{batch_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=5)
 
     def _failed_attempt(self, batch: Batch, worker: str, err: Exception) -> None:
         detail = f"{type(err).__name__}: {err}"[:1000]
@@ -193,6 +220,7 @@ class ImprovementLoop:
             samples = self.proposer.samples(packet, self.config.k, _seed(batch.batch_id))
             proposals = [classify(s, packet.env, i) for i, s in enumerate(samples)]
             gated = self._canary(batch, packet, trajectories, proposals)
+            _refuse_infra_errors(gated)
             rewards = self._rewards(batch.batch_id, gated)
             overlay_id = self._promote(batch.batch_id, packet, proposals, gated)
             self._store_results(batch, packet, samples, proposals, gated, rewards, overlay_id)
@@ -264,18 +292,27 @@ class ImprovementLoop:
         patch = proposals[index].patch
         assert patch is not None  # the gate promotes evaluated candidates only
         target = self.config.release_target
-        parent = self.registry.active(target)
-        record = self.registry.add(
-            patch,
-            target,
-            packet_id=packet.packet_id,
-            group_id=batch_id,
-            parent_overlay_id=parent.overlay_id if parent else None,
-            evidence=_evidence(gated, cid, delta),
-            actor=DAEMON_ACTOR,
-        )
+        record = self._overlay_of(batch_id, target)  # a retried batch reuses its overlay
+        if record is None:
+            parent = self.registry.active(target)
+            record = self.registry.add(
+                patch,
+                target,
+                packet_id=packet.packet_id,
+                group_id=batch_id,
+                parent_overlay_id=parent.overlay_id if parent else None,
+                evidence=_evidence(gated, cid, delta),
+                actor=DAEMON_ACTOR,
+            )
+        if record.state is not OverlayState.CANDIDATE:
+            return record.overlay_id  # released by an earlier attempt
         if self.publisher is None:
             log.warning("promoted_not_released_no_signing_key", overlay_id=record.overlay_id)
+            return record.overlay_id
+        if self.registry.list(target=target, state=OverlayState.CANARY):
+            # One staged release at a time: a second cohort would eat the first one's control
+            # arm. The overlay stays a candidate; an operator (or a later batch) releases it.
+            log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
             return record.overlay_id
         self.publisher.release(
             record.overlay_id,
@@ -284,6 +321,10 @@ class ImprovementLoop:
             reason=f"gate promoted {cid}: delta {delta:+.3f} on batch {batch_id}",
         )
         return record.overlay_id
+
+    def _overlay_of(self, batch_id: str, target: str) -> OverlayRecord | None:
+        found = [r for r in self.registry.list(target=target) if r.group_id == batch_id]
+        return found[0] if found else None
 
     def _store_results(
         self,
@@ -354,9 +395,24 @@ class ImprovementLoop:
         return decided
 
     def _event(self, kind: str, body: Any) -> None:
-        if self._on_event is not None:
-            data = body if isinstance(body, dict) else dict(vars(body))
+        """Audit events are best effort: a broker hiccup here must not redo a finished batch."""
+        if self._on_event is None:
+            return
+        data = body if isinstance(body, dict) else dict(vars(body))
+        try:
             self._on_event({"event": kind, "at": time.time(), **_jsonable(data)})
+        except Exception as err:  # noqa: BLE001
+            log.warning("audit_event_not_sent", kind=kind, error=f"{type(err).__name__}: {err}")
+
+
+class CanaryInfraError(RuntimeError):
+    """A candidate could not be measured for infrastructure reasons: retry the batch."""
+
+
+def _refuse_infra_errors(gated: GatedReport) -> None:
+    failed = [r.candidate_id for r in gated.report.candidates if r.status == "infra_error"]
+    if failed:
+        raise CanaryInfraError(f"infrastructure failure on {', '.join(failed)}: batch retried")
 
 
 def _cid(batch_id: str, index: int) -> str:

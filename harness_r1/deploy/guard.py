@@ -5,7 +5,8 @@ The rule is a Bayesian beta-binomial one, evaluated after every batch of observa
 sequential test): with Beta(prior) on each arm's success rate, compute P(new > control)
 exactly. Promote when it reaches `promote_probability`, roll back when P(new < control)
 reaches `rollback_probability`, both only after `min_episodes` on each arm; if neither has
-happened by `max_episodes` on each arm the result is inconclusive and, as the gate says,
+happened by the time the new arm has `max_episodes` (whatever the control arm has: it may
+be thin or empty) the result is inconclusive and, as the gate says,
 inconclusive is not promoted: the overlay is rolled back with reason `live_guard_inconclusive`.
 Why Bayesian and not SPRT: it needs no assumed effect size, reads the same at any stopping
 point, and its error rates are set by two probabilities an operator can reason about. Peeking
@@ -162,8 +163,10 @@ def judge(
             verdict, reason = Verdict.ROLLBACK, "live_guard"
         elif p_better >= config.promote_probability:
             verdict = Verdict.PROMOTE
-        elif min(new[0], old[0]) >= config.max_episodes:
-            verdict, reason = Verdict.ROLLBACK, "live_guard_inconclusive"
+    if verdict is Verdict.CONTINUE and new[0] >= config.max_episodes:
+        # The new arm has had its share; an empty or thin control arm (every agent hashed into
+        # the cohort, or its agents moved away) must not keep an overlay in canary forever.
+        verdict, reason = Verdict.ROLLBACK, "live_guard_inconclusive"
     return GuardDecision(
         verdict=verdict,
         reason=reason,

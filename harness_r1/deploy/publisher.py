@@ -8,6 +8,7 @@ they need seqs to grow, not to be dense).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,12 @@ from prometheus_client import CollectorRegistry, Counter
 
 from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState, check_transition
+from harness_r1.deploy.registry import (
+    InvalidTransition,
+    OverlayRegistry,
+    OverlayState,
+    check_transition,
+)
 from harness_r1.deploy.signing import Signer, seal
 from harness_r1.deploy.state import BASE
 
@@ -99,12 +105,27 @@ class Publisher:
         self.config = config or PublisherConfig()
         self._metrics = metrics
         self._now = now
+        # seq allocation and the send happen under one lock, so two threads of this process
+        # (a canary worker releasing, the guard job promoting) cannot publish out of seq order
+        # (clients would refuse the lower seq as a replay). Across processes: one publisher.
+        self._lock = threading.RLock()
 
     def release(
         self, overlay_id: str, *, fraction: float = 1.0, actor: str, reason: str
     ) -> OverlayRelease:
         """Release an overlay to a fraction of its pool (canary) or to all of it (active)."""
+        with self._lock:
+            return self._release(overlay_id, fraction=fraction, actor=actor, reason=reason)
+
+    def _release(
+        self, overlay_id: str, *, fraction: float, actor: str, reason: str
+    ) -> OverlayRelease:
         record = self.registry.get(overlay_id)
+        if record.state in (OverlayState.ROLLED_BACK, OverlayState.RETIRED):
+            raise InvalidTransition(
+                f"{overlay_id} is {record.state.value}: clients refuse a release of an overlay "
+                "taken back; bring it back with `overlay pin --to` instead"
+            )
         to_state = OverlayState.ACTIVE if fraction >= 1.0 else OverlayState.CANARY
         moves = _moves(record.state, to_state)  # refuse an impossible move before sending
         issued = self._now()
@@ -151,8 +172,34 @@ class Publisher:
 
         A rollback with no overlay named takes back the pool's newest overlay in canary or
         active state."""
+        with self._lock:
+            return self._control(
+                command,
+                target,
+                actor=actor,
+                reason=reason,
+                overlay_id=overlay_id,
+                revoke_overlay_id=revoke_overlay_id,
+            )
+
+    def _control(
+        self,
+        command: ControlKind,
+        target: str,
+        *,
+        actor: str,
+        reason: str,
+        overlay_id: str | None,
+        revoke_overlay_id: str | None,
+    ) -> ControlCommand:
         if command is ControlKind.ROLLBACK and revoke_overlay_id is None:
             revoke_overlay_id = self._newest_live(target)
+        if (
+            command is ControlKind.ROLLBACK
+            and overlay_id is not None
+            and overlay_id == (revoke_overlay_id)
+        ):
+            raise ValueError(f"cannot roll {overlay_id} back to itself")
         # unknown ids or impossible moves: a clear error before anything is sent
         for named in (overlay_id, revoke_overlay_id):
             if named is not None and named != BASE:
@@ -213,19 +260,37 @@ class Publisher:
                 was_active = state is OverlayState.ACTIVE
                 if state in (OverlayState.CANARY, OverlayState.ACTIVE):
                     registry.transition(revoked, OverlayState.ROLLED_BACK, evidence=evidence, **why)
-            if command.overlay_id not in (None, BASE):
+            if command.overlay_id == BASE:
+                self._retire_active(command.target, evidence, **why)
+            elif command.overlay_id is not None:
                 self._activate(command.overlay_id, evidence, **why)
-            elif command.overlay_id is None and was_active and revoked is not None:
+            elif was_active and revoked is not None:
                 previous = self._superseded_by(revoked)
                 if previous is not None:
                     self._activate(previous, evidence, **why)
-        elif command.command is ControlKind.PIN and command.overlay_id not in (None, BASE):
+        elif command.command is ControlKind.PIN and command.overlay_id == BASE:
+            self._retire_active(command.target, evidence, **why)
+        elif command.command is ControlKind.PIN and command.overlay_id is not None:
             self._activate(command.overlay_id, evidence, **why)
             registry.record_event(command.overlay_id, evidence=evidence, **why)
         else:
             active = registry.active(command.target)
             if active is not None:
                 registry.record_event(active.overlay_id, evidence=evidence, **why)
+
+    def _retire_active(
+        self, target: str, evidence: dict[str, object], *, actor: str, reason: str
+    ) -> None:
+        """The pool goes back to the base harness: its active overlay is retired."""
+        active = self.registry.active(target)
+        if active is not None:
+            self.registry.transition(
+                active.overlay_id,
+                OverlayState.RETIRED,
+                actor=actor,
+                reason=reason,
+                evidence=evidence,
+            )
 
     def _superseded_by(self, overlay_id: str) -> str | None:
         """The overlay that was active before OVERLAY_ID (what clients roll back to)."""

@@ -237,3 +237,22 @@ def test_widening_a_release_moves_the_rest(rig: Rig) -> None:
         c.sync()
     assert all(c.active_overlay_id == a for c in clients)
     assert rig.registry.get(a).state is OverlayState.ACTIVE
+
+
+def test_taken_back_overlays_cannot_be_released_again_only_pinned(rig: Rig) -> None:
+    import pytest
+
+    from harness_r1.deploy.registry import InvalidTransition
+
+    a, b = rig.overlay("a"), rig.overlay("b")
+    rig.publisher.release(a, actor="x", reason="r")
+    rig.publisher.release(b, actor="x", reason="r")
+    rig.publisher.control(ControlKind.ROLLBACK, "pool-a", actor="o", reason="bad")
+    with pytest.raises(InvalidTransition, match="pin"):
+        rig.publisher.release(b, actor="x", reason="again")
+    with pytest.raises(ValueError, match="itself"):
+        rig.publisher.control(
+            ControlKind.ROLLBACK, "pool-a", overlay_id=a, revoke_overlay_id=a, actor="o", reason=""
+        )
+    rig.publisher.control(ControlKind.PIN, "pool-a", overlay_id="base", actor="o", reason="off")
+    assert rig.registry.active("pool-a") is None  # the registry says what the fleet runs

@@ -135,3 +135,13 @@ def test_config_is_validated() -> None:
         GuardConfig(min_episodes=0)
     with pytest.raises(ValueError):
         GuardConfig(promote_probability=0.4)
+
+
+def test_an_empty_control_arm_cannot_keep_an_overlay_in_canary_forever() -> None:
+    guard = LiveGuard("new", "old", GuardConfig(min_episodes=5, max_episodes=20))
+    for _ in range(19):
+        guard.observe(trajectory("new", True))
+    assert guard.decide().verdict is Verdict.CONTINUE
+    guard.observe(trajectory("new", True))
+    decision = guard.decide()
+    assert (decision.verdict, decision.reason) == (Verdict.ROLLBACK, "live_guard_inconclusive")
