@@ -9,7 +9,10 @@ closed when its last episode ends.
 
 Semantics an operator can rely on (written down because the issue leaves them open):
 - `expires_at` bounds when a message may be *accepted* (an old signed message cannot be
-  replayed later); an accepted overlay stays in force after its release expires.
+  replayed later); an accepted overlay stays in force after its release expires. One
+  exception: an expired rollback is still applied (its seq must still be new), because it can
+  only take an overlay away and an agent that was down when it went out must not keep
+  running what the fleet was told to drop.
 - Releases and control commands have separate seq spaces per target, each with its own
   high-water mark; a rollback marks the overlay it takes back as revoked, so a release of it
   that arrives late (the topics are not ordered against each other) is never applied. Only an
@@ -191,7 +194,7 @@ class OverlayClient:
         with self._sync_lock:
             records = self._source.poll(timeout_ms)
             for record in records:
-                self._handle(record.topic, record.value)
+                self._handle_safely(record.topic, record.value)
             if records:
                 self.state.positions = self._source.positions()
                 self._store.save(self.state)
@@ -204,6 +207,9 @@ class OverlayClient:
 
         def loop() -> None:
             while not self._stop.is_set():
+                if self._source is None:
+                    self._stop.wait(interval_ms / 1000)
+                    continue
                 try:
                     self.sync(timeout_ms=interval_ms)
                 except Exception:  # noqa: BLE001 - the agent must outlive any client bug
@@ -230,19 +236,24 @@ class OverlayClient:
     def handle(self, topic: str, data: bytes) -> bool:
         """Verify and apply one message and persist the state; True when it was accepted."""
         with self._sync_lock:
-            accepted = self._handle(topic, data)
+            accepted = self._handle_safely(topic, data)
             self._store.save(self.state)
         return accepted
+
+    def _handle_safely(self, topic: str, data: bytes) -> bool:
+        """One bad record (a bug, a disk error) is counted and skipped; the rest of the poll is
+        still applied."""
+        try:
+            return self._handle(topic, data)
+        except Exception as err:  # noqa: BLE001 - the agent must outlive any single message
+            self._count_rejection("error")
+            log.exception("overlay_message_failed", agent_id=self.config.agent_id, error=str(err))
+            return False
 
     def _handle(self, topic: str, data: bytes) -> bool:
         kind = "release" if topic == self.config.release_topic else "control"
         try:
-            payload = open_envelope(
-                data,
-                self.keyring,
-                now=self._now(),
-                max_clock_skew=timedelta(seconds=self.config.max_clock_skew_s),
-            )
+            payload = self._open(data, kind)
             self._check_stateful(payload, kind)
         except VerificationError as err:
             self._reject(kind, err)
@@ -254,6 +265,22 @@ class OverlayClient:
         if self._metrics:
             self._metrics.messages.labels(kind=kind, result="accepted").inc()
         return True
+
+    def _open(self, data: bytes, kind: str) -> OverlayRelease | ControlCommand:
+        """Verify. An expired ROLLBACK still takes effect (seq permitting): it can only take
+        an overlay away, and an agent that was down when it went out must not keep running
+        what the fleet was told to drop. Every other expired message is refused."""
+        skew = timedelta(seconds=self.config.max_clock_skew_s)
+        try:
+            return open_envelope(data, self.keyring, now=self._now(), max_clock_skew=skew)
+        except VerificationError as err:
+            if err.reason is not Rejection.EXPIRED or kind != "control":
+                raise
+            late = open_envelope(data, self.keyring, check_validity=False)
+            if isinstance(late, ControlCommand) and late.command is ControlKind.ROLLBACK:
+                log.info("expired_rollback_applied", seq=late.seq, overlay=late.revoke_overlay_id)
+                return late
+            raise
 
     def _check_stateful(self, payload: OverlayRelease | ControlCommand, kind: str) -> None:
         expected = OverlayRelease if kind == "release" else ControlCommand
@@ -359,7 +386,11 @@ class OverlayClient:
     def _switch(self, overlay_id: str, *, cause: str, remember: bool) -> None:
         if overlay_id == self._current.overlay_id:
             return
-        loaded = self._load(overlay_id)
+        try:
+            loaded = self._load(overlay_id)
+        except Exception as err:  # noqa: BLE001 - a HookSet that cannot start: the safe side
+            log.error("overlay_load_failed", overlay_id=overlay_id, error=str(err))
+            loaded = None
         if loaded is None:
             self._count_rejection("rollback_to_unknown")
             loaded = _Loaded(BASE, NoHooks())
@@ -406,6 +437,8 @@ class OverlayClient:
             log.error("stored_overlay_invalid", overlay_id=overlay_id, reason=err.reason.value)
             return None
         if not isinstance(payload, OverlayRelease) or payload.overlay_id != overlay_id:
+            return None
+        if payload.target != self.config.target:
             return None
         return _Loaded(overlay_id, self._hooks_factory(payload.patch, overlay_id))
 

@@ -256,3 +256,26 @@ def test_taken_back_overlays_cannot_be_released_again_only_pinned(rig: Rig) -> N
         )
     rig.publisher.control(ControlKind.PIN, "pool-a", overlay_id="base", actor="o", reason="off")
     assert rig.registry.active("pool-a") is None  # the registry says what the fleet runs
+
+
+def test_an_agent_back_after_a_rollback_expired_still_drops_the_overlay(rig: Rig) -> None:
+    """Expiry protects against replays of what would add or change an overlay; a rollback
+    that went out while the agent was down (and has expired since) must still take effect."""
+    from harness_r1.deploy.publisher import Publisher
+
+    client = rig.client()
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    client.sync()
+    two_hours_ago = datetime.now(UTC) - timedelta(hours=2)
+    late = Publisher(
+        rig.registry,
+        rig.signer,
+        lambda topic, value, key: rig.bus.append(topic, value),
+        now=lambda: two_hours_ago,
+    )
+    late.control(ControlKind.ROLLBACK, "pool-a", actor="live_guard", reason="live_guard: worse")
+    late.control(ControlKind.PAUSE, "pool-a", actor="o", reason="old pause")
+    client.sync()
+    assert client.active_overlay_id == "base"
+    assert client.state.hold is Hold.NONE and client.rejections == {"expired": 1}
