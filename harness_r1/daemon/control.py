@@ -15,6 +15,7 @@ import structlog
 
 from harness_r1.consumers.kafka import BroadcastReader
 from harness_r1.contracts import ControlCommand, ControlKind
+from harness_r1.daemon.ingest import next_positions
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState, UnknownOverlay
 from harness_r1.deploy.signing import Keyring, VerificationError, open_envelope
 
@@ -24,14 +25,20 @@ LIVE = (OverlayState.CANARY, OverlayState.ACTIVE)
 
 
 class ControlFollower:
+    """Positions are kept in the state store (group `positions_group`), so a restarted daemon
+    does not replay old commands over newer states (a rollback of X replayed after a later
+    `pin X` would mark X rolled back while the fleet runs it)."""
+
     def __init__(
         self,
         reader: BroadcastReader,
         keyring: Keyring,
         registry: OverlayRegistry,
         on_command: Callable[[str, str], None] | None = None,  # (command, result)
+        save_positions: Callable[[dict[tuple[str, int], int]], None] | None = None,
     ) -> None:
         self.reader = reader
+        self._save_positions = save_positions
         self.keyring = keyring
         self.registry = registry
         self._on_command = on_command
@@ -49,6 +56,8 @@ class ControlFollower:
             if isinstance(payload, ControlCommand):
                 self._report(payload.command.value, self.reconcile(payload))
         self.seen += len(records)
+        if records and self._save_positions is not None:
+            self._save_positions(next_positions(records))
         return len(records)
 
     def reconcile(self, command: ControlCommand) -> str:

@@ -238,7 +238,20 @@ class Daemon:
 
     # -- scheduled jobs ------------------------------------------------------------------------
 
+    #: Jobs that must run once per state database, not once per daemon sharing it.
+    SINGLETON_JOBS = ("guard", "grpo", "retention")
+
     def run_job(self, name: str) -> None:
+        if name in self.SINGLETON_JOBS:
+            with self.store.exclusive(f"job:{name}") as held:
+                if held:
+                    self._run_job(name)
+                else:
+                    log.info("job_skipped_held_elsewhere", job=name)
+            return
+        self._run_job(name)
+
+    def _run_job(self, name: str) -> None:
         with structlog.contextvars.bound_contextvars(job=name):
             try:
                 if name == "flush":

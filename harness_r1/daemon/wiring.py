@@ -22,6 +22,7 @@ from harness_r1.consumers.kafka import (
     make_producer,
     publish,
 )
+from harness_r1.contracts import CanaryReport
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, LoopMetricsSink, TaskIndex
@@ -34,6 +35,7 @@ from harness_r1.deploy.guard import GuardConfig
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.deploy.signing import Keyring, Signer
+from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 
@@ -85,6 +87,20 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
         self.m.queue_depth.labels(queue="running_batches").set(running)
 
 
+class _Serialized:
+    """One evaluation at a time on a runner: its runtime's env slots are not shareable, so
+    with several canary workers in one process they take turns on the model (on a CPU host
+    they would anyway); separate processes or hosts scale out instead."""
+
+    def __init__(self, runner: Evaluator) -> None:
+        self._runner = runner
+        self._lock = threading.Lock()
+
+    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
+        with self._lock:
+            return self._runner.evaluate(batch, candidates)
+
+
 class CanaryRunners:
     """One canary runner per env over the frozen target, built on first use (thread-safe)."""
 
@@ -97,7 +113,7 @@ class CanaryRunners:
     def __call__(self, env: str) -> Evaluator:
         with self._lock:
             if env not in self._runners:
-                self._runners[env] = self._build(env)
+                self._runners[env] = _Serialized(self._build(env))
             return self._runners[env]
 
     def _build(self, env: str) -> Evaluator:
@@ -279,7 +295,7 @@ def build_daemon(
         ),
         adapter,
         grpo_update=_grpo_job(store, settings, metrics),
-        control_factory=_control_follower(settings, kafka, overlays, metrics),
+        control_factory=_control_follower(settings, kafka, overlays, store, metrics),
     )
     health = HealthServer(registry, settings.metrics.host, settings.metrics.port, daemon.ready)
 
@@ -292,7 +308,11 @@ def build_daemon(
 
 
 def _control_follower(
-    settings: Settings, kafka: KafkaSettings, overlays: OverlayRegistry, metrics: DaemonMetrics
+    settings: Settings,
+    kafka: KafkaSettings,
+    overlays: OverlayRegistry,
+    store: StateStore,
+    metrics: DaemonMetrics,
 ) -> Callable[[], ControlFollower] | None:
     """Follow the control topic when the daemon knows the trusted keys (keys_dir, or the public
     half of its own signing key); without keys it cannot verify, so it does not follow."""
@@ -303,9 +323,15 @@ def _control_follower(
     def report(command: str, result: str) -> None:
         metrics.control_commands.labels(command=command, result=result).inc()
 
+    group = f"{settings.kafka.group_id}.control"
+
+    def save(positions: dict[tuple[str, int], int]) -> None:
+        store.advance_positions(group, positions)
+
     def build() -> ControlFollower:
-        reader = BroadcastReader(kafka, [settings.control_topic])
-        return ControlFollower(reader, keyring, overlays, report)
+        stored = {f"{t}:{p}": offset for (t, p), offset in store.positions(group).items()}
+        reader = BroadcastReader(kafka, [settings.control_topic], stored)
+        return ControlFollower(reader, keyring, overlays, report, save)
 
     return build
 

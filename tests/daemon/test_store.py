@@ -507,3 +507,19 @@ def test_ingest_item_from_a_trajectory() -> None:
     assert (got.env, got.target, got.harness_version) == ("dbbench", "tiny@3", "ov-abc")
     assert got.failed  # a partial reward counts as a failure
     assert got.payload is payload and (got.partition, got.offset) == (2, 7)
+
+
+def test_exclusive_is_held_by_one_holder_at_a_time(store: StateStore, db_url: str) -> None:
+    """Two daemons on one database: a singleton job runs in one of them at a time."""
+    other = StateStore(db_url)
+    try:
+        with store.exclusive("job:guard") as first:
+            assert first
+            with other.exclusive("job:guard") as second:
+                assert not second
+            with other.exclusive("job:grpo") as different:
+                assert different
+        with other.exclusive("job:guard") as after:
+            assert after
+    finally:
+        other.close()
