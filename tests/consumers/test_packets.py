@@ -42,7 +42,6 @@ from harness_r1.contracts import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_DBBENCH = REPO / "runs" / "vanilla-dbbench.jsonl"
 DB_INVALID = (
     "Invalid action. Use `sql: <one SQL statement>` to run SQL, or "
     '`answer: ["ANSWER1", "ANSWER2", ...]` to commit the final answer.'
@@ -545,11 +544,34 @@ def test_a_malformed_line_is_named(tmp_path: Path) -> None:
         build_packet_from_jsonl(path)
 
 
-@pytest.mark.skipif(not REAL_DBBENCH.exists(), reason="runs/vanilla-dbbench.jsonl not present")
-def test_real_dbbench_runs_give_a_deterministic_masked_packet() -> None:
-    trajectories = read_trajectories(REAL_DBBENCH)
+def real_dbbench_runs(path: Path) -> Path:
+    """Real DBBench episodes (SQLite, AgentBench scoring) of a scripted target that answers
+    junk, like SmolLM2 mostly does (a test double for the model, named as such)."""
+    from harness_r1.daemon.settings import Settings
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
+    from harness_r1.harness.policies import ScriptedPolicy
+    from harness_r1.harness.tasks import spread
+
+    root = Settings().data_root()
+    suite = get_suite("dbbench")
+    tasks = spread(suite.load_tasks(root, "dev"), 12)
+    replies = ["The answer is: 12", "Action: Operation\n```sql\nSELECT 1;\n```"]
+    runtime = HarnessRuntime(suite, ScriptedPolicy(replies), root, RunConfig(max_steps=4))
+    try:
+        specs = [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+        trajectories = runtime.run(specs)
+    finally:
+        runtime.close()
+    path.write_text("".join(t.to_json_bytes().decode() + "\n" for t in trajectories))
+    return path
+
+
+def test_real_dbbench_runs_give_a_deterministic_masked_packet(tmp_path: Path) -> None:
+    runs = real_dbbench_runs(tmp_path / "runs.jsonl")
+    trajectories = read_trajectories(runs)
     config = PacketConfig(token_budget=4000, max_episodes=8)
-    [packet] = build_packet_from_jsonl(REAL_DBBENCH, config)
+    [packet] = build_packet_from_jsonl(runs, config)
     assert packet.env == "dbbench" and packet.batch_size == len(trajectories)
     assert packet.failures == sum(
         1 for t in trajectories if not t.outcome.success or t.outcome.reward < 1
@@ -561,9 +583,10 @@ def test_real_dbbench_runs_give_a_deterministic_masked_packet() -> None:
     for t in trajectories:
         assert t.trajectory_id not in text and f'"{t.task.task_id}"' not in text
         assert t.task.task_id not in text
-    # round robin: the first episodes cover distinct task types, in sorted order
+    # round robin: the first episodes cover each task type once, in sorted order
     types = [e.task_type for e in packet.episodes]
-    assert types == sorted(set(types))[: len(types)]
+    distinct = sorted(set(types))
+    assert types[: len(distinct)] == distinct
     assert packet.signals.step_limit_hits >= 1 and packet.signals.invalid_actions >= 1
     shuffled = list(trajectories)
     random.Random(3).shuffle(shuffled)
