@@ -10,9 +10,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaAdminClient
-from kafka.admin import NewPartitions
-from kafka.errors import IncompatibleBrokerVersion
 
 from harness_r1.consumers.broker import EmbeddedBroker, free_port, metadata_probe
 from harness_r1.consumers.kafka import (
@@ -151,24 +148,6 @@ def test_reader_sees_every_partition_in_offset_order(
         mine = [r for r in records if r.partition == part]
         assert [r.offset for r in mine] == [0, 1, 2, 3]
         assert [r.value for r in mine] == [f"m{i}".encode() for i in range(part, 12, 3)]
-
-
-def test_partition_added_later_is_read(settings: KafkaSettings, producer: object) -> None:
-    topic = _topic("grow")
-    ensure_topics(settings, [topic], partitions=1)
-    admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap, request_timeout_ms=3_000)
-    try:
-        with BroadcastReader(settings, [topic], metadata_interval_s=0.2) as reader:
-            assert reader.assigned == (f"{topic}:0",)
-            try:
-                admin.create_partitions({topic: NewPartitions(total_count=2)})
-            except IncompatibleBrokerVersion as exc:
-                pytest.skip(f"the broker cannot add partitions (CreatePartitions): {exc}")
-            publish(producer, topic, b"late", partition=1)
-            records = _poll_until(reader, 1)
-            assert [(r.partition, r.value) for r in records] == [(1, b"late")]
-    finally:
-        admin.close()
 
 
 def test_topic_created_after_the_reader_is_picked_up(
