@@ -368,6 +368,29 @@ class ImprovementLoop:
             list(rewards),
         )
 
+    # -- announcements ---------------------------------------------------------------------------
+
+    def announce(self) -> list[str]:
+        """Re-publish the pool's live overlays (active, and canary with its fraction) with a
+        fresh signature and seq. Releases expire (so they cannot be replayed later): without
+        this, an agent that joins, or comes back after the validity window, would find only
+        expired releases and run the base harness while the registry says otherwise."""
+        if self.publisher is None:
+            return []
+        target = self.config.release_target
+        announced = []
+        for state in (OverlayState.ACTIVE, OverlayState.CANARY):
+            for record in self.registry.list(target=target, state=state):
+                fraction = 1.0
+                if state is OverlayState.CANARY:
+                    value = record.evidence.get("rollout_fraction", self.config.rollout_fraction)
+                    fraction = float(value)
+                self.publisher.release(
+                    record.overlay_id, fraction=fraction, actor=DAEMON_ACTOR, reason="announce"
+                )
+                announced.append(record.overlay_id)
+        return announced
+
     # -- live guard ----------------------------------------------------------------------------
 
     def guard_once(self) -> list[GuardDecision]:

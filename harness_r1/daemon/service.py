@@ -58,6 +58,7 @@ class DaemonConfig:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     lag_interval_s: float = 5.0
+    announce_interval_s: float = 20 * 60.0  # a third of a release's validity (1 h)
     jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
 
 
@@ -239,7 +240,7 @@ class Daemon:
     # -- scheduled jobs ------------------------------------------------------------------------
 
     #: Jobs that must run once per state database, not once per daemon sharing it.
-    SINGLETON_JOBS = ("guard", "grpo", "retention")
+    SINGLETON_JOBS = ("guard", "grpo", "retention", "announce")
 
     def run_job(self, name: str) -> None:
         if name in self.SINGLETON_JOBS:
@@ -261,6 +262,8 @@ class Daemon:
                     )
                 elif name == "guard":
                     self.loop.guard_once()
+                elif name == "announce":
+                    self.loop.announce()
                 elif name == "grpo":
                     if self._grpo_update is not None:
                         self._grpo_update()
@@ -297,6 +300,7 @@ class Daemon:
             "guard": IntervalTrigger(seconds=self.config.guard_interval_s),
             "grpo": grpo_trigger,
             "retention": IntervalTrigger(hours=24),
+            "announce": IntervalTrigger(seconds=self.config.announce_interval_s),
         }
         # Started paused so the persistent store is readable: a job already stored keeps its
         # schedule (next run time) across restarts; a new or changed trigger replaces it.

@@ -72,6 +72,9 @@ def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
     assert list(group.rewards) == list(outcome.rewards)
     assert "messages" in json.loads(group.prompt)  # no token ids: kept for SFT, not replay
     assert store.batch_state(outcome.batch_id) == "done"
+    # the overlay is announced again with a fresh seq (fresh agents must find it unexpired)
+    assert loop.announce() == [outcome.overlay_id]
+    assert [topic for topic, _ in sent] == ["harness-r1.overlay-releases"] * 2
 
 
 def test_template_teacher_batch_is_evaluated_and_stored(tmp_path: Path) -> None:

@@ -43,7 +43,9 @@ def test_jobs_survive_a_restart_with_their_schedule(
     first = next_runs(tmp_path / "state.db")
     built.daemon.stop()
     built.close()
-    assert set(first) == {f"{key}:{name}" for name in ("flush", "guard", "grpo", "retention")}
+    assert set(first) == {
+        f"{key}:{name}" for name in ("flush", "guard", "grpo", "retention", "announce")
+    }
     time.sleep(1.5)
     again = build_daemon(settings, proposer=TemplateProposer(), canary_for=canary_for, key=key)
     again.daemon.start()
