@@ -54,7 +54,8 @@ def ingest(store: StateStore, trajectories) -> None:  # type: ignore[no-untyped-
 
 def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
     loop, store, registry, sent = build(tmp_path, ReferenceEngineer())
-    ingest(store, failed_trajectories(12))
+    trajectories = failed_trajectories(12)
+    ingest(store, trajectories)
     assert loop.flush() == 1
     outcome = loop.work_once("w1")
     assert outcome is not None
@@ -72,6 +73,13 @@ def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
     assert list(group.rewards) == list(outcome.rewards)
     assert "messages" in json.loads(group.prompt)  # no token ids: kept for SFT, not replay
     assert store.batch_state(outcome.batch_id) == "done"
+    # the same batch processed again (a lease taken over after a crash): no second overlay
+    from harness_r1.daemon.store import Batch, BatchKey
+
+    key = BatchKey("webshop", "scripted@1", "base")
+    again = Batch(outcome.batch_id, key, tuple(t.trajectory_id for t in trajectories), 2, None)
+    assert loop.process(again).overlay_id == outcome.overlay_id  # type: ignore[arg-type]
+    assert len(registry.list(target="shop")) == 1 and len(sent) == 1
     # the overlay is announced again with a fresh seq (fresh agents must find it unexpired)
     assert loop.announce() == [outcome.overlay_id]
     assert [topic for topic, _ in sent] == ["harness-r1.overlay-releases"] * 2
