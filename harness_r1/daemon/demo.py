@@ -75,6 +75,9 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
     from harness_r1.harness.tasks import spread
     from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
 
+    from harness_r1.daemon.observability import configure_logging
+
+    configure_logging("console", "warning")  # the demo narrates; logs only for trouble
     work = Path(tempfile.mkdtemp(prefix="harness-r1-demo-"))
     with EmbeddedBroker() as broker:
         console.print(f"[bold]broker[/bold] tansu on {broker.bootstrap}; state in {work}")
