@@ -57,6 +57,7 @@ def _wait(check: Callable[[], bool], timeout_s: float, tick: Callable[[], None])
 def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Console) -> None:
     from harness_r1.consumers.broker import EmbeddedBroker
     from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
+    from harness_r1.daemon.observability import configure_logging
     from harness_r1.daemon.settings import (
         GuardOptions,
         LoopOptions,
@@ -74,8 +75,6 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
     from harness_r1.harness.tasks import spread
     from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
-
-    from harness_r1.daemon.observability import configure_logging
 
     configure_logging("console", "warning")  # the demo narrates; logs only for trouble
     work = Path(tempfile.mkdtemp(prefix="harness-r1-demo-"))

@@ -80,29 +80,118 @@ def sft(
 
 @train_app.command("grpo")
 def grpo(
-    replay: Annotated[Path, typer.Option(help="Replay groups JSONL (the daemon's K + rewards).")],
+    replay: Annotated[
+        Path | None, typer.Option(help="Replay groups JSONL (the daemon's K + rewards).")
+    ] = None,
+    packets: Annotated[
+        Path | None,
+        typer.Option(
+            help="Online: packets.jsonl of a cold start; K samples per packet, each rewarded "
+            "by its canary delta on the packet's own tasks and seeds (SmolLM2 target)."
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")] = Path(
         "artifacts"
     ),
     adapter: Annotated[Path | None, typer.Option(help="The engineer version to improve.")] = None,
     max_steps: Annotated[int, typer.Option()] = 20,
     num_iterations: Annotated[int, typer.Option(help=">= 2 so the clipped ratio acts.")] = 2,
+    k: Annotated[int, typer.Option("-k", help="Online: completions per packet.")] = 4,
+    target_steps: Annotated[int | None, typer.Option(help="Online: canary step limit.")] = None,
+    history_turns: Annotated[int, typer.Option(help="Online: canary history.")] = 3,
     threads: Annotated[int | None, typer.Option()] = None,
 ) -> None:
-    """GRPO (dapo loss, clipped ratio, beta 0) on groups already evaluated by the canary."""
-    from harness_r1.trainer.grpo import GrpoSettings, load_replay_groups, train_grpo_replay
+    """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
+    (--replay), or online on cold-start packets (--packets)."""
+    from harness_r1.trainer.grpo import GrpoSettings
 
-    groups = load_replay_groups(replay)
-    if not groups:
-        raise SystemExit(f"{replay}: no replay groups")
-    settings = GrpoSettings(
+    if (replay is None) == (packets is None):
+        raise SystemExit("give exactly one of --replay FILE or --packets FILE")
+    settings = _settings()
+    if replay is not None:
+        from harness_r1.trainer.grpo import load_replay_groups, train_grpo_replay
+
+        groups = load_replay_groups(replay)
+        if not groups:
+            raise SystemExit(f"{replay}: no replay groups")
+        grpo_settings = GrpoSettings(
+            output_root=out,
+            max_steps=max_steps,
+            num_generations=len(groups[0].completion_ids),
+            num_iterations=num_iterations,
+            threads=threads,
+        )
+        result = train_grpo_replay(
+            groups, settings=grpo_settings, adapter=adapter, cache_dir=settings.cache
+        )
+    else:
+        assert packets is not None
+        result = _grpo_online(
+            packets,
+            out,
+            adapter,
+            max_steps,
+            num_iterations,
+            k,
+            target_steps,
+            history_turns,
+            threads,
+        )
+    typer.echo(f"published {result.version_dir}")
+
+
+def _grpo_online(  # type: ignore[no-untyped-def]
+    packets: Path,
+    out: Path,
+    adapter: Path | None,
+    max_steps: int,
+    num_iterations: int,
+    k: int,
+    target_steps: int | None,
+    history_turns: int,
+    threads: int | None,
+):
+    from harness_r1.daemon.canary_command import static_validator
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import HarnessRuntime, RunConfig
+    from harness_r1.harness.policies.base import SamplingConfig
+    from harness_r1.harness.policies.factory import PolicySpec, build_policy
+    from harness_r1.sandbox.canary import CanaryRunner
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.trainer.grpo import CanaryReward, GrpoSettings, canary_rows, train_grpo_online
+    from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
+
+    settings = _settings()
+    root = settings.data_root()
+    policy = build_policy(
+        PolicySpec(sampling=SamplingConfig(max_new_tokens=64), cache_dir=settings.cache)
+    )
+
+    def runner_for(env: str) -> CanaryRunner:
+        config = RunConfig(
+            agent_id="grpo-canary", max_steps=target_steps, history_turns=history_turns
+        )
+        runtime = HarnessRuntime(get_suite(env), policy, root, config)
+        return CanaryRunner(
+            runtime,
+            lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
+            static_validator,
+        )
+
+    found, resolver = packets_and_resolver(load_packet_rows(packets), root, runner_for)
+    if not found:
+        raise SystemExit(f"{packets}: no packets")
+    grpo_settings = GrpoSettings(
         output_root=out,
         max_steps=max_steps,
-        num_generations=len(groups[0].completion_ids),
+        num_generations=k,
         num_iterations=num_iterations,
         threads=threads,
     )
-    result = train_grpo_replay(
-        groups, settings=settings, adapter=adapter, cache_dir=_settings().cache
+    return train_grpo_online(
+        canary_rows(found),
+        CanaryReward(resolver),
+        settings=grpo_settings,
+        adapter=adapter,
+        cache_dir=settings.cache,
     )
-    typer.echo(f"published {result.version_dir}")

@@ -221,3 +221,8 @@ def test_canary_table_has_a_header_per_value() -> None:
     table = canary_table(report, None, {"c": reject_unevaluated("invalid: x")})
     assert len(table.columns) == 10
     assert all(len(column._cells) == 1 for column in table.columns)
+
+
+def test_grpo_needs_exactly_one_source(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["train", "grpo"])
+    assert result.exit_code != 0 and "exactly one of --replay" in result.output
