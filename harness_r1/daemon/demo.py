@@ -42,6 +42,15 @@ class DemoOptions:
     k: int = 3
     guard_tasks: int = 8
     timeout_s: float = 1800.0
+    guard_wait_s: float = 120.0  # how long phase 2's live guard gets to decide
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    before: list[Trajectory]
+    after: list[Trajectory]
+    overlay_id: str | None
+    overlay_state: str | None
 
 
 def _wait(check: Callable[[], bool], timeout_s: float, tick: Callable[[], None]) -> bool:
@@ -54,7 +63,23 @@ def _wait(check: Callable[[], bool], timeout_s: float, tick: Callable[[], None])
     return False
 
 
-def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Console) -> None:
+@dataclass(frozen=True)
+class DemoParts:
+    """What the demo can be given instead of building it (tests give scripted stand-ins for
+    the two models; the demo itself uses the embedded SmolLM2 and the template teacher)."""
+
+    policy: Any = None  # the fleet's frozen target (a Policy)
+    canary_for: Any = None  # env -> canary runner (on the frozen target)
+    proposer: Any = None  # the engineer
+
+
+def run_demo(
+    options: DemoOptions,
+    data_root: Path,
+    cache: Path,
+    console: Console,
+    parts: DemoParts | None = None,
+) -> DemoResult:
     from harness_r1.consumers.broker import EmbeddedBroker
     from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
     from harness_r1.daemon.observability import configure_logging
@@ -106,7 +131,13 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
             scheduler=SchedulerOptions(flush_interval_s=2, guard_interval_s=2),
             metrics=MetricsOptions(port=0, log_level="warning"),
         )
-        built = build_daemon(settings, key=f"demo-{uuid.uuid4().hex[:6]}")
+        parts = parts or DemoParts()
+        built = build_daemon(
+            settings,
+            key=f"demo-{uuid.uuid4().hex[:6]}",
+            proposer=parts.proposer,
+            canary_for=parts.canary_for,
+        )
         built.health.start()
         built.daemon.start()
         console.print(f"[bold]daemon[/bold] up; metrics on http://127.0.0.1:{built.health.port}")
@@ -115,7 +146,7 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
         producer = make_producer(kafka)
         suite = get_suite(options.env)
         tasks = spread(suite.load_tasks(data_root, options.split), n_batch)
-        policy = build_policy(
+        policy = parts.policy or build_policy(
             PolicySpec(
                 max_batch=options.episodes_per_agent,
                 sampling=SamplingConfig(max_new_tokens=64),
@@ -183,9 +214,10 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
             done = _wait(lambda: store.count_canary_results() > 0, options.timeout_s, progress)
             if not done:
                 console.print("[red]no canary result within the timeout[/red]")
-                return
+                return DemoResult(before, [], None, None)
             overlays = built.daemon.loop.registry.list(target=FLEET)
             after: list[Trajectory] = []
+            overlay, final = None, None
             if overlays:
                 overlay = overlays[0].overlay_id
                 _wait(lambda: all(a.client.state.release_hwm >= 1 for a in fleet), 60, lambda: None)
@@ -196,10 +228,12 @@ def run_demo(options: DemoOptions, data_root: Path, cache: Path, console: Consol
                 after = play("phase 2: the fleet, cohort on the new overlay")
                 _wait(
                     lambda: built.daemon.loop.registry.get(overlay).state.value != "canary",
-                    120,
+                    options.guard_wait_s,
                     progress,
                 )
+                final = built.daemon.loop.registry.get(overlay).state.value
             _summary(console, store, built.daemon.loop.registry, before, after)
+            return DemoResult(before, after, overlay, final)
         finally:
             for agent in fleet:
                 agent.client.close()
