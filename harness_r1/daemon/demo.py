@@ -13,7 +13,9 @@ success before/after.
 
 from __future__ import annotations
 
+import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -79,6 +81,28 @@ def run_demo(
     cache: Path,
     console: Console,
     parts: DemoParts | None = None,
+) -> DemoResult:
+    """SIGTERM exits through the cleanup below (the broker runs in its own process group and
+    would otherwise outlive a killed demo)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _run_demo(options, data_root, cache, console, parts)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        return _run_demo(options, data_root, cache, console, parts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _run_demo(
+    options: DemoOptions,
+    data_root: Path,
+    cache: Path,
+    console: Console,
+    parts: DemoParts | None,
 ) -> DemoResult:
     from harness_r1.consumers.broker import EmbeddedBroker
     from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
