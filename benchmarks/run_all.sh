@@ -7,5 +7,6 @@ bash benchmarks/vanilla.sh 2>&1 | tee runs/bench-vanilla.log
 $PY benchmarks/policy_batching.py --env dbbench --split dev --episodes 8 --max-steps 5 2>&1 | tee runs/bench-batching.log
 $PY benchmarks/sandbox_costs.py --calls 2000 --env dbbench --split dev --tasks 8 --max-steps 4 --k 4 2>&1 | tee runs/bench-sandbox.log
 bash benchmarks/reference_deltas.sh 2>&1 | tee runs/bench-reference.log
+$PY benchmarks/reference_rows.py runs/ref-alfworld.json runs/ref-dbbench.json runs/ref-webshop.json | tee runs/bench-reference-rows.md
 $PY benchmarks/deploy_latency.py --clients 20 --releases 50 2>&1 | tee runs/bench-deploy.log
 $PY benchmarks/ingest_throughput.py 2>&1 | tee runs/bench-ingest.log
