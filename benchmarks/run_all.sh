@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every benchmark in BENCHMARKS.md, in order (about 1.5 h on 2 cores). Output: runs/bench-*.log
+# Every benchmark in BENCHMARKS.md, in order. Output: runs/bench-*.log. Hours on 2 CPU cores:
+# the ALFWorld SmolLM2 canary alone ran over 80 min without finishing its baseline half.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 mkdir -p runs
