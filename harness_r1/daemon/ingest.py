@@ -123,12 +123,10 @@ class TrajectoryIngest:
         store: StateStore,
         dead_letter: DeadLetterSend,
         owns: Callable[[str, int], bool] | None = None,
-        on_ingested: Callable[[Sequence[Trajectory], IngestResult], None] | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self._dead_letter = dead_letter
-        self._on_ingested = on_ingested
         positions = {
             f"{topic}:{partition}": offset
             for (topic, partition), offset in store.positions(config.group).items()
@@ -151,7 +149,7 @@ class TrajectoryIngest:
         )
         if not records:
             return PollReport(0, IngestResult(0, 0, 0), 0, False)
-        items, parsed, dead = [], [], 0
+        items, dead = [], 0
         for record in records:
             try:
                 trajectory = parse_trajectory(record.value)
@@ -159,7 +157,6 @@ class TrajectoryIngest:
                 self._send_dead_letter(record, err.reason)
                 dead += 1
                 continue
-            parsed.append(trajectory)
             items.append(
                 ingest_item(
                     trajectory,
@@ -173,8 +170,6 @@ class TrajectoryIngest:
         committed = self.reader.commit(self.config.commit_timeout_ms)
         if committed:
             self.last_commit_at = time.time()
-        if self._on_ingested is not None and parsed:
-            self._on_ingested(parsed, result)
         return PollReport(len(records), result, dead, committed)
 
     def _send_dead_letter(self, record: Record, reason: str) -> None:

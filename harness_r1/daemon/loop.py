@@ -222,8 +222,10 @@ class ImprovementLoop:
             gated = self._canary(batch, packet, trajectories, proposals)
             _refuse_infra_errors(gated)
             rewards = self._rewards(batch.batch_id, gated)
-            overlay_id = self._promote(batch.batch_id, packet, proposals, gated)
-            self._store_results(batch, packet, samples, proposals, gated, rewards, overlay_id)
+            overlay_id, winner = self._promote(batch.batch_id, packet, proposals, gated)
+            self._store_results(
+                batch, packet, samples, proposals, gated, rewards, winner, overlay_id
+            )
         verdicts = tuple(
             gated.decisions[_cid(batch.batch_id, i)].verdict for i in range(len(proposals))
         )
@@ -277,8 +279,9 @@ class ImprovementLoop:
         packet: FailurePacket,
         proposals: Sequence[Proposal],
         gated: GatedReport,
-    ) -> str | None:
-        """Register the best candidate the gate promotes, and release it to a canary cohort."""
+    ) -> tuple[str | None, str | None]:
+        """Register the best candidate the gate promotes, and release it to a canary cohort.
+        Returns (overlay id, winning candidate id), both None when nothing was promoted."""
         results = {r.candidate_id: r for r in gated.report.candidates}
         winners = [
             (results[cid].delta_success or 0.0, cid)
@@ -286,7 +289,7 @@ class ImprovementLoop:
             if decision.promote
         ]
         if not winners:
-            return None
+            return None, None
         delta, cid = max(winners)
         index = int(cid.rsplit("-c", 1)[1])
         patch = proposals[index].patch
@@ -305,22 +308,22 @@ class ImprovementLoop:
                 actor=DAEMON_ACTOR,
             )
         if record.state is not OverlayState.CANDIDATE:
-            return record.overlay_id  # released by an earlier attempt
+            return record.overlay_id, cid  # released by an earlier attempt
         if self.publisher is None:
             log.warning("promoted_not_released_no_signing_key", overlay_id=record.overlay_id)
-            return record.overlay_id
+            return record.overlay_id, cid
         if self.registry.list(target=target, state=OverlayState.CANARY):
             # One staged release at a time: a second cohort would eat the first one's control
             # arm. The overlay stays a candidate; an operator (or a later batch) releases it.
             log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
-            return record.overlay_id
+            return record.overlay_id, cid
         self.publisher.release(
             record.overlay_id,
             fraction=self.config.rollout_fraction,
             actor=DAEMON_ACTOR,
             reason=f"gate promoted {cid}: delta {delta:+.3f} on batch {batch_id}",
         )
-        return record.overlay_id
+        return record.overlay_id, cid
 
     def _overlay_of(self, batch_id: str, target: str) -> OverlayRecord | None:
         found = [r for r in self.registry.list(target=target) if r.group_id == batch_id]
@@ -334,6 +337,7 @@ class ImprovementLoop:
         proposals: Sequence[Proposal],
         gated: GatedReport,
         rewards: Sequence[float],
+        winner: str | None,
         overlay_id: str | None,
     ) -> None:
         results = {r.candidate_id: r for r in gated.report.candidates}
@@ -341,7 +345,6 @@ class ImprovementLoop:
         for proposal, reward in zip(proposals, rewards, strict=True):
             cid = _cid(batch.batch_id, proposal.index)
             decision = gated.decisions[cid]
-            winner = overlay_id is not None and decision.promote and _is_best(cid, gated)
             rows.append(
                 CandidateRow(
                     candidate_id=cid,
@@ -351,7 +354,7 @@ class ImprovementLoop:
                     reward=reward,
                     delta_success=results[cid].delta_success,
                     gate_verdict=decision.verdict,
-                    overlay_id=overlay_id if winner else None,
+                    overlay_id=overlay_id if cid == winner else None,
                 )
             )
         report = {
@@ -444,12 +447,6 @@ def _cid(batch_id: str, index: int) -> str:
 
 def _seed(batch_id: str) -> int:
     return int(hashlib.sha256(batch_id.encode()).hexdigest()[:8], 16)
-
-
-def _is_best(cid: str, gated: GatedReport) -> bool:
-    results = {r.candidate_id: r for r in gated.report.candidates}
-    promoted = [c for c, d in gated.decisions.items() if d.promote]
-    return max(promoted, key=lambda c: (results[c].delta_success or 0.0, c)) == cid
 
 
 def _decision_json(decision: GateDecision) -> dict[str, Any]:

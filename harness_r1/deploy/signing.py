@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -107,9 +106,6 @@ class Keyring:
 
     def get(self, key_id: str) -> Ed25519PublicKey | None:
         return self._keys.get(key_id)
-
-    def key_ids(self) -> list[str]:
-        return sorted(self._keys)
 
 
 def generate_keypair(directory: Path, key_id: str) -> tuple[Path, Path]:
@@ -238,7 +234,3 @@ def _check_window(payload: SignedPayload, now: datetime, skew: timedelta) -> Non
         raise VerificationError(
             Rejection.NOT_YET_VALID, f"issued_at {payload.issued_at.isoformat()} is in the future"
         )
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
