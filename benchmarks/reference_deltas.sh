@@ -10,7 +10,7 @@ HR=${HR:-.venv/bin/harness-r1}
 P=harness_r1/sandbox/reference_patches
 COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0"
 mkdir -p runs
-$HR canary --env alfworld --split valid_seen --limit 30 --max-steps 10 $COMMON \
+$HR canary --env alfworld --split valid_seen --limit 30 --max-steps 20 --prefix-cache $COMMON \
   --patch $P/alfworld_explorer.patch --out runs/ref-alfworld.json
 $HR canary --env dbbench --split dev --limit 20 --max-steps 6 $COMMON \
   --patch $P/dbbench_lookup.patch --out runs/ref-dbbench.json

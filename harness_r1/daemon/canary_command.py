@@ -46,6 +46,7 @@ class CanaryRequest:
     control: bool = False
     out: Path | None = None
     cache_dir: Path | None = None
+    prefix_cache: bool = False
     gate: GateConfig = field(default_factory=GateConfig)
 
 
@@ -93,7 +94,12 @@ def run_canary(
     guard_tasks = spread([t for t in all_tasks if t.task_id not in chosen], request.guard_limit)
     sampling = SamplingConfig(max_new_tokens=request.max_new_tokens)
     policy = build_policy(
-        PolicySpec(max_batch=request.lockstep, sampling=sampling, cache_dir=request.cache_dir)
+        PolicySpec(
+            max_batch=request.lockstep,
+            sampling=sampling,
+            cache_dir=request.cache_dir,
+            prefix_cache=request.prefix_cache,
+        )
     )
     config = RunConfig(
         agent_id="canary",

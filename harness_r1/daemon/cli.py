@@ -160,6 +160,9 @@ def eval_command(
     lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
     max_new_tokens: Annotated[int, typer.Option()] = 96,
     history_turns: Annotated[int, typer.Option(help="Past exchanges the model sees.")] = 6,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
+    ] = False,
 ) -> None:
     """Run the frozen target on real tasks under the base harness and report success rates."""
     from harness_r1.daemon.eval_command import EvalRequest, run_eval
@@ -180,6 +183,7 @@ def eval_command(
         max_new_tokens=max_new_tokens,
         history_turns=history_turns,
         cache_dir=settings.cache,
+        prefix_cache=prefix_cache,
     )
     run_eval(request, settings.data_root(), console)
 
@@ -207,6 +211,9 @@ def canary_command(
         bool, typer.Option(help="Also re-run the batch unpatched: measures pairing noise.")
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
+    ] = False,
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them."""
     from harness_r1.daemon.canary_command import CanaryRequest, canary_table, run_canary
@@ -227,6 +234,7 @@ def canary_command(
         control=control,
         out=out,
         cache_dir=_settings().cache,
+        prefix_cache=prefix_cache,
         gate=GateConfig(
             min_batch_tasks=min_batch,
             min_guard_tasks=min_guard,

@@ -34,6 +34,7 @@ class EvalRequest:
     max_new_tokens: int = 96
     history_turns: int = 6
     cache_dir: Path | None = None
+    prefix_cache: bool = False
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -71,6 +72,7 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
             max_batch=request.lockstep,
             sampling=sampling,
             cache_dir=request.cache_dir,
+            prefix_cache=request.prefix_cache,
         )
     )
     runtime = HarnessRuntime(

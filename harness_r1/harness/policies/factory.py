@@ -20,6 +20,9 @@ class PolicySpec:
     sampling: SamplingConfig = SamplingConfig()
     timeout_s: float = 60.0
     cache_dir: Path | None = None  # converted checkpoints of embedded models
+    # transformers only: answer one request at a time reusing the key/value cache of the
+    # longest prompt prefix seen (see prefix_cache.py); wins on long multi-turn prompts
+    prefix_cache: bool = False
 
 
 def build_policy(spec: PolicySpec) -> Policy:
@@ -41,12 +44,20 @@ def build_policy(spec: PolicySpec) -> Policy:
 
     if spec.kind in EMBEDDED:
         return TransformersPolicy.embedded(
-            spec.kind, spec.cache_dir, sampling=spec.sampling, max_batch=spec.max_batch
+            spec.kind,
+            spec.cache_dir,
+            sampling=spec.sampling,
+            max_batch=spec.max_batch,
+            prefix_cache=spec.prefix_cache,
         )
     checkpoint = Path(spec.kind)
     if (checkpoint / "config.json").is_file():
         return TransformersPolicy(
-            checkpoint, model_id=checkpoint.name, sampling=spec.sampling, max_batch=spec.max_batch
+            checkpoint,
+            model_id=checkpoint.name,
+            sampling=spec.sampling,
+            max_batch=spec.max_batch,
+            prefix_cache=spec.prefix_cache,
         )
     raise ValueError(
         f"unknown policy {spec.kind!r}; use one of {', '.join(EMBEDDED)}, 'openai' or a "

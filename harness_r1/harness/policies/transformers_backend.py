@@ -23,6 +23,15 @@ from harness_r1.harness.policies.local_models import (
     converted_checkpoint,
     turn_stop_ids,
 )
+from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
+
+
+def _crop_kv_cache(cache: Any, length: int) -> None:
+    """Keep the first `length` positions of a transformers Cache (a negative `crop` argument
+    removes that many from the end; positive ones are deprecated)."""
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)
 
 
 class TransformersPolicy:
@@ -33,6 +42,12 @@ class TransformersPolicy:
     change when it is batched with other requests (and, rarely, even greedy text can: left
     padding changes the numerics slightly). The canary's pairing inherits this; it is
     documented, not hidden.
+
+    With `prefix_cache=True` requests are answered one at a time, each reusing the key/value
+    cache of the longest token prefix seen before (its own episode's previous turn, or the
+    instructions every episode shares): long multi-turn prompts (ALFWorld) then cost only
+    their new tokens. Sampling is then seeded per request from its own seed, so a request's
+    text no longer depends on what it was batched with. BENCHMARKS.md measures both modes.
     """
 
     def __init__(
@@ -45,6 +60,8 @@ class TransformersPolicy:
         max_batch: int = 8,
         max_prompt_tokens: int = 3072,
         threads: int | None = None,
+        prefix_cache: bool = False,
+        prefix_cache_entries: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -66,6 +83,11 @@ class TransformersPolicy:
         self._stop_ids = torch.tensor(sorted(stops | {self.tokenizer.pad_token_id}))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
+        self.prefix_cache: PrefixCacheStore[Any] | None = (
+            PrefixCacheStore(prefix_cache_entries or 2 * max_batch, crop=_crop_kv_cache)
+            if prefix_cache
+            else None
+        )
 
     @classmethod
     def embedded(
@@ -85,10 +107,72 @@ class TransformersPolicy:
         return text
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        if self.prefix_cache is not None:
+            return [self._generate_reusing_prefix(r, self.prefix_cache) for r in requests]
         out: list[Generation] = []
         for start in range(0, len(requests), self.max_batch):
             out.extend(self._generate_batch(requests[start : start + self.max_batch]))
         return out
+
+    def _generation_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.sampling.max_new_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "do_sample": not self.sampling.greedy,
+        }
+        if self.sampling.greedy:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+        return kwargs
+
+    def _answer(self, new: Any, prompt_tokens: int) -> Generation:
+        """Tokens up to and including the first stop token (rows that stopped early are
+        padded), decoded."""
+        stop_hits = self._torch.isin(new, self._stop_ids).nonzero()
+        n_tokens = int(stop_hits[0]) + 1 if len(stop_hits) else int(new.shape[0])
+        text = self.tokenizer.decode(new[:n_tokens], skip_special_tokens=True)
+        self.generated_tokens += n_tokens
+        return Generation(text=text.strip(), tokens=n_tokens, prompt_tokens=prompt_tokens)
+
+    def _generate_reusing_prefix(
+        self, request: GenerationRequest, store: PrefixCacheStore[Any]
+    ) -> Generation:
+        torch = self._torch
+        self.tokenizer.truncation_side = "left"
+        ids: list[int] = self.tokenizer(
+            self._prompt(request),
+            truncation=True,
+            max_length=self.max_prompt_tokens,
+            add_special_tokens=False,
+        )["input_ids"]
+        kwargs = self._generation_kwargs()
+        hit = store.take(ids)
+        if hit is not None:
+            kwargs["past_key_values"] = hit.cache
+        if not self.sampling.greedy:
+            torch.manual_seed(request.seed & 0x7FFFFFFF)
+        input_ids = torch.tensor([ids])
+        started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                output = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    return_dict_in_generate=True,
+                    use_cache=True,
+                    **kwargs,
+                )
+        except RuntimeError as err:  # pragma: no cover - resource failures
+            store.clear()  # a half-extended cache must not be reused
+            raise PolicyError(f"generation failed: {err}") from err
+        self.generate_seconds += time.perf_counter() - started
+        sequence = output.sequences[0]
+        cache = output.past_key_values
+        # the cache holds every token the model has read: the prompt and all generated tokens
+        # but the last one
+        store.put(sequence[: cache.get_seq_length()].tolist(), cache)
+        return self._answer(sequence[len(ids) :], len(ids))
 
     def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         torch = self._torch
@@ -102,15 +186,8 @@ class TransformersPolicy:
             max_length=self.max_prompt_tokens,
             add_special_tokens=False,
         )
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": self.sampling.max_new_tokens,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "do_sample": not self.sampling.greedy,
-        }
-        if self.sampling.greedy:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+        kwargs = self._generation_kwargs()
+        if not self.sampling.greedy:
             torch.manual_seed(hash(tuple(r.seed for r in requests)) & 0x7FFFFFFF)
         started = time.perf_counter()
         try:
@@ -120,15 +197,7 @@ class TransformersPolicy:
             raise PolicyError(f"generation failed: {err}") from err
         self.generate_seconds += time.perf_counter() - started
         prompt_len = enc["input_ids"].shape[1]
-        results = []
-        for row, attention in zip(output, enc["attention_mask"], strict=True):
-            new = row[prompt_len:]
-            # Tokens up to and including the first stop token (rows that stopped early are padded).
-            stop_hits = torch.isin(new, self._stop_ids).nonzero()
-            n_tokens = int(stop_hits[0]) + 1 if len(stop_hits) else int(new.shape[0])
-            text = self.tokenizer.decode(new[:n_tokens], skip_special_tokens=True)
-            self.generated_tokens += n_tokens
-            results.append(
-                Generation(text=text.strip(), tokens=n_tokens, prompt_tokens=int(attention.sum()))
-            )
-        return results
+        return [
+            self._answer(row[prompt_len:], int(attention.sum()))
+            for row, attention in zip(output, enc["attention_mask"], strict=True)
+        ]
