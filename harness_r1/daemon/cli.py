@@ -107,6 +107,56 @@ def packet_build(
         typer.echo(packet.to_json_bytes().decode("utf-8"))
 
 
+@engineer_app.command("evaluate")
+def engineer_evaluate(
+    runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of held-out runs.")],
+    env: Annotated[str, typer.Option()],
+    split: Annotated[str, typer.Option(help="The split the runs came from (held out).")],
+    adapter: Annotated[
+        Path | None, typer.Option(help="LoRA adapter dir of a trained engineer.")
+    ] = None,
+    k: Annotated[int, typer.Option("-k", help="Proposals per packet.")] = 4,
+    seed: Annotated[int, typer.Option()] = 0,
+    temperature: Annotated[float, typer.Option()] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Engineer tokens per proposal.")] = 512,
+    limit_packets: Annotated[int | None, typer.Option()] = None,
+    batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    max_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
+    history_turns: Annotated[int, typer.Option(help="Canary history.")] = 3,
+    baseline_cache: Annotated[
+        Path | None, typer.Option(help="Keep canary baselines here (share across versions).")
+    ] = None,
+    prefix_cache: Annotated[bool, typer.Option(help="Target reuses prompt-prefix KV.")] = False,
+    threads: Annotated[int | None, typer.Option(help="Engineer torch threads.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the JSON report.")] = None,
+) -> None:
+    """Score an engineer version on held-out packets: valid fraction, mean canary delta."""
+    from harness_r1.daemon.engineer_eval_command import EngineerEvalRequest, run_engineer_eval
+    from harness_r1.trainer.engineer import EngineerSpec
+    from harness_r1.trainer.heldout import HeldOutConfig
+
+    settings = _settings()
+    request = EngineerEvalRequest(
+        runs=list(runs),
+        env=env,
+        split=split,
+        engineer=EngineerSpec(adapter=adapter, cache_dir=settings.cache, threads=threads),
+        heldout=HeldOutConfig(
+            k=k, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens
+        ),
+        out=out,
+        limit_packets=limit_packets,
+        batch_size=batch_size,
+        max_steps=max_steps,
+        history_turns=history_turns,
+        prefix_cache=prefix_cache,
+        baseline_cache=baseline_cache,
+        cache_dir=settings.cache,
+    )
+    report = run_engineer_eval(request, settings.data_root(), console)
+    typer.echo(json.dumps(report.summary(), indent=2))
+
+
 @engineer_app.command("propose")
 def engineer_propose(
     packet: Path,

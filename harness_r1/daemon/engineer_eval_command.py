@@ -1,0 +1,110 @@
+"""`harness-r1 engineer evaluate`: score one engineer version on held-out packets (valid
+fraction, mean canary delta, tokens/s) and write the report; see harness_r1/trainer/heldout.py.
+
+Packets are built from runs of the held-out split exactly as the cold start builds them from
+the training split, so before-SFT / after-SFT / after-GRPO numbers are comparable: run this once
+per version with the same runs, seed and `--baseline-cache`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from harness_r1.contracts import Patch
+from harness_r1.envs import get_suite
+from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness.policies.base import SamplingConfig
+from harness_r1.harness.policies.factory import PolicySpec, build_policy
+from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.trainer.coldstart import static_validator
+from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
+from harness_r1.trainer.engineer import EngineerSpec, build_engineer
+from harness_r1.trainer.heldout import HeldOutConfig, HeldOutReport, PacketScore, evaluate_engineer
+
+
+@dataclass(frozen=True)
+class EngineerEvalRequest:
+    runs: list[Path]
+    env: str
+    split: str
+    engineer: EngineerSpec
+    heldout: HeldOutConfig
+    out: Path | None = None
+    limit_packets: int | None = None
+    batch_size: int = 8
+    max_steps: int | None = None
+    history_turns: int = 3
+    lockstep: int = 8
+    max_new_tokens: int = 64
+    prefix_cache: bool = False
+    baseline_cache: Path | None = None
+    cache_dir: Path | None = None
+
+
+def run_engineer_eval(
+    request: EngineerEvalRequest, data_root: Path, console: Console
+) -> HeldOutReport:
+    sources = sources_from_runs(
+        request.runs,
+        request.env,
+        request.split,
+        data_root,
+        SourceConfig(batch_size=request.batch_size),
+    )[: request.limit_packets]
+    if not sources:
+        raise SystemExit("no failed episodes in the runs: no held-out packet to propose for")
+    target = build_policy(
+        PolicySpec(
+            max_batch=request.lockstep,
+            sampling=SamplingConfig(max_new_tokens=request.max_new_tokens),
+            cache_dir=request.cache_dir,
+            prefix_cache=request.prefix_cache,
+        )
+    )
+    runtime = HarnessRuntime(
+        get_suite(request.env),
+        target,
+        data_root,
+        RunConfig(
+            agent_id="engineer-eval",
+            max_steps=request.max_steps,
+            history_turns=request.history_turns,
+            lockstep=request.lockstep,
+        ),
+    )
+    sandbox = SandboxConfig()
+
+    def hooks_factory(patch: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
+
+    runner = CanaryRunner(
+        runtime, hooks_factory, static_validator(), cache=BaselineCache(request.baseline_cache)
+    )
+    engineer = build_engineer(request.engineer)
+
+    def progress(score: PacketScore) -> None:
+        console.print(
+            f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
+            f"deltas {score.deltas}, {score.generated_tokens} tokens in "
+            f"{score.generate_seconds:.0f} s, canary {score.canary_seconds:.0f} s"
+        )
+
+    console.print(f"{len(sources)} held-out packets, engineer {engineer.model_id}")
+    try:
+        report = evaluate_engineer(
+            sources, engineer, lambda _env: runner, request.heldout, progress
+        )
+    finally:
+        runtime.close()
+        close = getattr(engineer, "close", None)
+        if callable(close):
+            close()
+    if request.out is not None:
+        request.out.parent.mkdir(parents=True, exist_ok=True)
+        request.out.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return report

@@ -1,0 +1,189 @@
+"""How good is an engineer version? Its proposals on held-out packets, judged like production.
+
+For each held-out packet source (packets built from runs of a split the engineer never trained
+on, with the real tasks and seeds behind them): the engineer samples K proposals; each is
+parsed and statically checked; the valid ones are canaried together on the packet's batch
+(one shared baseline, cached on disk so every version compared is judged against the same
+baseline episodes). Numbers per version:
+
+- valid fraction: proposals that parse and pass the static checks, over all proposals;
+- mean canary delta: the mean success delta over the proposals the canary evaluated;
+- mean reward: the training reward over all proposals (invalid -> `invalid_reward`), the
+  quantity GRPO maximises; infrastructure failures are left out of both means and counted;
+- improved fraction: proposals with a positive delta, over all proposals;
+- cost: proposals, generated tokens, generation seconds and tokens/s, canary episodes and
+  seconds.
+
+Same sources, engineer, seed and a greedy target give the same numbers (sampling is seeded per
+packet: `seed + packet index`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness_r1.sandbox.canary import Candidate
+from harness_r1.trainer.coldstart_sources import PacketSource
+from harness_r1.trainer.engineer import EngineerBackend
+from harness_r1.trainer.grpo import CanaryEvaluator
+from harness_r1.trainer.propose import propose_patches
+
+
+@dataclass(frozen=True)
+class HeldOutConfig:
+    k: int = 4
+    seed: int = 0
+    temperature: float = 1.0
+    max_new_tokens: int = 512
+    invalid_reward: float = 0.0
+
+
+@dataclass
+class PacketScore:
+    """One packet's K proposals: what became of each."""
+
+    packet_id: str
+    tasks: int
+    proposals: int = 0
+    valid: int = 0
+    deltas: list[float] = field(default_factory=list)  # evaluated proposals only
+    rewards: list[float] = field(default_factory=list)  # all proposals but infra failures
+    infra_errors: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)  # by stage:code
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    canary_episodes: int = 0
+    canary_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "packet_id": self.packet_id,
+            "tasks": self.tasks,
+            "proposals": self.proposals,
+            "valid": self.valid,
+            "deltas": self.deltas,
+            "rewards": self.rewards,
+            "infra_errors": self.infra_errors,
+            "rejected": dict(sorted(self.rejected.items())),
+            "generated_tokens": self.generated_tokens,
+            "generate_seconds": round(self.generate_seconds, 3),
+            "canary_episodes": self.canary_episodes,
+            "canary_seconds": round(self.canary_seconds, 3),
+        }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass
+class HeldOutReport:
+    engineer: str
+    config: HeldOutConfig
+    packets: list[PacketScore]
+
+    def _all(self, name: str) -> list[float]:
+        return [v for p in self.packets for v in getattr(p, name)]
+
+    def summary(self) -> dict[str, Any]:
+        proposals = sum(p.proposals for p in self.packets)
+        valid = sum(p.valid for p in self.packets)
+        deltas = self._all("deltas")
+        tokens = sum(p.generated_tokens for p in self.packets)
+        seconds = sum(p.generate_seconds for p in self.packets)
+        rejected: Counter[str] = Counter()
+        for p in self.packets:
+            rejected.update(p.rejected)
+        return {
+            "engineer": self.engineer,
+            "packets": len(self.packets),
+            "proposals": proposals,
+            "valid": valid,
+            "valid_fraction": valid / proposals if proposals else None,
+            "evaluated": len(deltas),
+            "mean_delta": _mean(deltas),
+            "mean_reward": _mean(self._all("rewards")),
+            "improved_fraction": sum(d > 0 for d in deltas) / proposals if proposals else None,
+            "infra_errors": sum(p.infra_errors for p in self.packets),
+            "rejected": dict(sorted(rejected.items())),
+            "generated_tokens": tokens,
+            "generate_seconds": round(seconds, 3),
+            "tokens_per_second": tokens / seconds if seconds else None,
+            "canary_episodes": sum(p.canary_episodes for p in self.packets),
+            "canary_seconds": round(sum(p.canary_seconds for p in self.packets), 3),
+            "k": self.config.k,
+            "seed": self.config.seed,
+            "temperature": self.config.temperature,
+            "max_new_tokens": self.config.max_new_tokens,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "packets": [p.to_dict() for p in self.packets]}
+
+
+def score_packet(
+    index: int,
+    source: PacketSource,
+    engineer: EngineerBackend,
+    runner: CanaryEvaluator,
+    config: HeldOutConfig,
+) -> PacketScore:
+    score = PacketScore(packet_id=source.packet.packet_id, tasks=len(source.tasks))
+    started = time.perf_counter()
+    proposals = propose_patches(
+        source.packet,
+        engineer,
+        config.k,
+        seed=config.seed + index,
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+    )
+    score.generate_seconds = time.perf_counter() - started
+    score.proposals = len(proposals)
+    score.generated_tokens = sum(p.sample.completion_tokens or 0 for p in proposals)
+    candidates = []
+    for p in proposals:
+        if p.valid and p.patch is not None:
+            candidates.append(Candidate(f"p{p.index}", p.patch))
+        else:
+            score.rejected[f"{p.stage}:{p.reason}"] += 1
+            score.rewards.append(config.invalid_reward)
+    score.valid = len(candidates)
+    if not candidates:
+        return score
+    started = time.perf_counter()
+    report = runner.evaluate(source.batch(), candidates)
+    score.canary_seconds = time.perf_counter() - started
+    for result in report.candidates:
+        score.canary_episodes += result.cost.episodes
+        if result.status == "infra_error":
+            score.infra_errors += 1
+        elif result.status == "invalid" or result.delta_success is None:
+            score.rejected[f"canary:{(result.invalid_reason or 'invalid').split(':')[0]}"] += 1
+            score.rewards.append(config.invalid_reward)
+        else:
+            score.deltas.append(result.delta_success)
+            score.rewards.append(result.delta_success)
+    return score
+
+
+def evaluate_engineer(
+    sources: Sequence[PacketSource],
+    engineer: EngineerBackend,
+    runner_for: Callable[[str], CanaryEvaluator],
+    config: HeldOutConfig | None = None,
+    on_packet: Callable[[PacketScore], None] | None = None,
+) -> HeldOutReport:
+    """Score `engineer` on every held-out source, in order."""
+    config = config or HeldOutConfig()
+    scores = []
+    for index, source in enumerate(sources):
+        score = score_packet(index, source, engineer, runner_for(source.env), config)
+        scores.append(score)
+        if on_packet is not None:
+            on_packet(score)
+    return HeldOutReport(engineer=engineer.model_id, config=config, packets=scores)

@@ -1,0 +1,113 @@
+"""Held-out scoring of an engineer version: every proposal is counted once (valid, rejected by
+reason, or evaluated with its real canary delta), and the summary's fractions follow.
+
+The engineer here is a test double returning fixed texts (the real SmolLM2 engineer is
+exercised in test_engineer.py); the target is a scripted stand-in for the model on the real
+WebShop env, and the valid patch runs in the real isolated worker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from harness_r1.contracts import HookCode, Patch
+from harness_r1.daemon.canary_command import static_validator
+from harness_r1.daemon.settings import Settings
+from harness_r1.envs import get_suite
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
+from harness_r1.harness.policies import ScriptedPolicy
+from harness_r1.harness.policies.base import ChatMessage
+from harness_r1.harness.tasks import spread
+from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.trainer.coldstart_sources import TaskIndex, sources_from_trajectories
+from harness_r1.trainer.engineer import EngineerSample
+from harness_r1.trainer.heldout import HeldOutConfig, evaluate_engineer
+
+pytestmark = pytest.mark.integration
+JUNK = "Thought: buy. Action: nothing"  # scripted stand-in for the target model
+
+
+class FixedEngineer:
+    """Test double: answers every prompt with the same texts, in order."""
+
+    model_id = "fixed-engineer"
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self.calls: list[tuple[int, int]] = []
+
+    def propose(
+        self,
+        messages: Sequence[ChatMessage],
+        k: int,
+        *,
+        temperature: float = 1.0,
+        seed: int = 0,
+        max_new_tokens: int = 512,
+    ) -> list[EngineerSample]:
+        self.calls.append((k, seed))
+        return [EngineerSample(text=t, completion_tokens=10) for t in self.texts[:k]]
+
+
+def _runtime(root: Path) -> HarnessRuntime:
+    return HarnessRuntime(
+        get_suite("webshop"), ScriptedPolicy([JUNK]), root, RunConfig(max_steps=8, lockstep=8)
+    )
+
+
+def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> None:
+    root = Settings().data_root()
+    run = _runtime(root)
+    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
+    trajectories = run.run(
+        [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+    )
+    sources = sources_from_trajectories(trajectories, TaskIndex("webshop", root))
+    assert len(sources) == 1
+    shopper = reference_patches("webshop")["webshop_shopper"]
+    importing = Patch(
+        env="webshop",
+        hooks=[
+            HookCode(hook="pre_action", code="import os\ndef hook(ctx, state):\n    return None\n")
+        ],
+    )
+    engineer = FixedEngineer(
+        [
+            f"<think>choose options</think><patch>{shopper.model_dump_json()}</patch>",
+            "I would add a hook.",  # no patch: a parse rejection
+            f"<patch>{importing.model_dump_json()}</patch>",  # static rejection
+            f"<patch>{shopper.model_dump_json()}</patch>",
+        ]
+    )
+    runner = CanaryRunner(
+        run,
+        lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
+        static_validator,
+        cache=BaselineCache(tmp_path / "baselines"),
+    )
+    try:
+        report = evaluate_engineer(
+            sources, engineer, lambda _env: runner, HeldOutConfig(k=4, seed=5)
+        )
+    finally:
+        run.close()
+    summary = report.summary()
+    assert engineer.calls == [(4, 5)]  # seed + packet index
+    assert summary["proposals"] == 4 and summary["valid"] == 2
+    assert summary["valid_fraction"] == 0.5
+    assert summary["evaluated"] == 2
+    assert sum(summary["rejected"].values()) == 2
+    assert any(key.startswith("parse:") for key in summary["rejected"])
+    assert any(key.startswith("static:") for key in summary["rejected"])
+    [score] = report.packets
+    assert score.deltas[0] == score.deltas[1] > 0  # the shopper helps on these failures
+    assert summary["mean_delta"] == pytest.approx(score.deltas[0])
+    # invalid proposals enter the mean reward at the configured 0.0
+    assert summary["mean_reward"] == pytest.approx(score.deltas[0] / 2)
+    assert summary["improved_fraction"] == 0.5
+    assert summary["canary_episodes"] == 2 * len(sources[0].tasks)
+    assert list((tmp_path / "baselines").glob("*.json"))  # shared across versions on disk
