@@ -66,7 +66,8 @@ class TransformersPolicy:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch.set_num_threads(threads or os.cpu_count() or 1)
+        # the CPUs this process may run on (taskset, cgroups), not all the machine has
+        torch.set_num_threads(threads or len(os.sched_getaffinity(0)) or 1)
         self.model_id = model_id
         self.version = version
         self.max_batch = max_batch
