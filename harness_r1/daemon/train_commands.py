@@ -29,6 +29,10 @@ def coldstart(
     max_steps: Annotated[int | None, typer.Option()] = None,
     history_turns: Annotated[int, typer.Option()] = 6,
     seed: Annotated[int, typer.Option()] = 0,
+    batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    baseline_cache: Annotated[
+        Path | None, typer.Option(help="Keep canary baselines here across runs.")
+    ] = None,
 ) -> None:
     """Teacher proposals kept only when executable and non-regressive on the frozen target."""
     from harness_r1.trainer.coldstart import coldstart_command
@@ -45,6 +49,8 @@ def coldstart(
         seed=seed,
         max_steps=max_steps,
         history_turns=history_turns,
+        batch_size=batch_size,
+        baseline_cache=baseline_cache,
         cache_dir=settings.cache,
     )
     typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
@@ -100,6 +106,10 @@ def grpo(
     target_steps: Annotated[int | None, typer.Option(help="Online: canary step limit.")] = None,
     history_turns: Annotated[int, typer.Option(help="Online: canary history.")] = 3,
     threads: Annotated[int | None, typer.Option()] = None,
+    max_completion_length: Annotated[
+        int, typer.Option(help="Online: engineer tokens per completion.")
+    ] = 512,
+    learning_rate: Annotated[float, typer.Option()] = 5e-5,
 ) -> None:
     """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
     (--replay), or online on cold-start packets (--packets)."""
@@ -120,6 +130,7 @@ def grpo(
             num_generations=len(groups[0].completion_ids),
             num_iterations=num_iterations,
             threads=threads,
+            learning_rate=learning_rate,
         )
         result = train_grpo_replay(
             groups, settings=grpo_settings, adapter=adapter, cache_dir=settings.cache
@@ -136,6 +147,8 @@ def grpo(
             target_steps,
             history_turns,
             threads,
+            max_completion_length,
+            learning_rate,
         )
     typer.echo(f"published {result.version_dir}")
 
@@ -150,6 +163,8 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     target_steps: int | None,
     history_turns: int,
     threads: int | None,
+    max_completion_length: int,
+    learning_rate: float,
 ):
     from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
@@ -187,6 +202,8 @@ def _grpo_online(  # type: ignore[no-untyped-def]
         num_generations=k,
         num_iterations=num_iterations,
         threads=threads,
+        max_completion_length=max_completion_length,
+        learning_rate=learning_rate,
     )
     return train_grpo_online(
         canary_rows(found),
