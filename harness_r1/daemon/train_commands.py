@@ -30,6 +30,7 @@ def coldstart(
     history_turns: Annotated[int, typer.Option()] = 6,
     seed: Annotated[int, typer.Option()] = 0,
     batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Target tokens per decision.")] = 96,
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here across runs.")
     ] = None,
@@ -50,6 +51,7 @@ def coldstart(
         max_steps=max_steps,
         history_turns=history_turns,
         batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
         baseline_cache=baseline_cache,
         cache_dir=settings.cache,
     )
