@@ -26,7 +26,7 @@ from harness_r1.harness.policies.local_models import (
 from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
 
 
-def _crop_kv_cache(cache: Any, length: int) -> None:
+def crop_kv_cache(cache: Any, length: int) -> None:
     """Keep the first `length` positions of a transformers Cache (a negative `crop` argument
     removes that many from the end; positive ones are deprecated)."""
     excess = cache.get_seq_length() - length
@@ -85,7 +85,7 @@ class TransformersPolicy:
         self.generated_tokens = 0
         self.generate_seconds = 0.0
         self.prefix_cache: PrefixCacheStore[Any] | None = (
-            PrefixCacheStore(prefix_cache_entries or 2 * max_batch, crop=_crop_kv_cache)
+            PrefixCacheStore(prefix_cache_entries or 2 * max_batch, crop=crop_kv_cache)
             if prefix_cache
             else None
         )
