@@ -70,6 +70,9 @@ def sft(
     batch_size: Annotated[int, typer.Option()] = 4,
     adapter: Annotated[Path | None, typer.Option(help="Continue from this adapter.")] = None,
     threads: Annotated[int | None, typer.Option(help="torch threads (1 on busy hosts).")] = None,
+    max_length: Annotated[
+        int, typer.Option(help="Longest row (tokens); longer is refused.")
+    ] = 4096,
 ) -> None:
     """Cold-start SFT (LoRA, completion-only loss); publishes the next engineer version."""
     from harness_r1.trainer.sft import SftSettings, train_sft
@@ -81,6 +84,7 @@ def sft(
         learning_rate=learning_rate,
         batch_size=batch_size,
         threads=threads,
+        max_length=max_length,
     )
     result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=_settings().cache)
     typer.echo(f"published {result.version_dir}")

@@ -75,7 +75,8 @@ class SftSettings:
     max_steps: optimizer steps; > 0 overrides `epochs`.
     learning_rate: AdamW learning rate of the LoRA weights (linear decay).
     batch_size / grad_accum: rows per step = batch_size * grad_accum.
-    max_length: prompt + completion tokens kept per row (longer rows are truncated at the end).
+    max_length: prompt + completion tokens per row; a longer row is refused before training
+        (TRL would cut it at the end, i.e. drop the patch the row is there to teach).
     lora_r / lora_alpha / lora_dropout / lora_targets: the adapter (peft LoraConfig).
     seed: adapter initialisation and data order.
     save_steps / save_total_limit: checkpoint cadence and how many are kept (resume points);
@@ -92,7 +93,7 @@ class SftSettings:
     learning_rate: float = 2e-4
     batch_size: int = 4
     grad_accum: int = 1
-    max_length: int = 2048
+    max_length: int = 4096
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
@@ -543,6 +544,23 @@ def load_sft_rows(path: Path) -> list[dict[str, Any]]:
 # -- SFT ------------------------------------------------------------------------------------
 
 
+def check_row_lengths(rows: Sequence[dict[str, Any]], tokenizer: Any, max_length: int) -> int:
+    """The longest row in tokens (chat template applied); TrainingError when any row is longer
+    than `max_length`, since truncation would silently remove the end of its completion."""
+    lengths = []
+    for row in rows:
+        text = tokenizer.apply_chat_template([*row["prompt"], *row["completion"]], tokenize=False)
+        lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    too_long = [i for i, n in enumerate(lengths) if n > max_length]
+    if too_long:
+        raise TrainingError(
+            f"{len(too_long)} of {len(rows)} rows are longer than max_length={max_length} "
+            f"tokens (longest {max(lengths)}, first at row {too_long[0] + 1}); truncation would "
+            "cut their completions: raise --max-length or shorten the packets"
+        )
+    return max(lengths, default=0)
+
+
 def sft_config(settings: SftSettings, run_dir: Path) -> Any:
     from trl import SFTConfig
 
@@ -619,6 +637,8 @@ def train_sft(
     )
     set_seed(settings.seed)
     model, tokenizer, peft_config = load_policy(base_dir, settings, adapter)
+    longest = check_row_lengths(rows, tokenizer, settings.max_length)
+    log.info("sft rows fit", longest_tokens=longest, max_length=settings.max_length)
     meter = make_meter()
     trainer = SFTTrainer(
         model=model,

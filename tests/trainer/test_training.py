@@ -47,6 +47,7 @@ from harness_r1.trainer.grpo import (
 from harness_r1.trainer.prompt import render_completion
 from harness_r1.trainer.sft import (
     SftSettings,
+    TrainingError,
     list_versions,
     publish_version,
     read_metadata,
@@ -477,3 +478,12 @@ def test_sft_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
     assert metadata["run_dir"] == read_metadata(first.version_dir)["run_dir"]
     assert (metadata["steps"], metadata["steps_this_run"]) == (2, 1)
     assert resumed.version == "v0002"
+
+
+@pytest.mark.integration
+def test_sft_refuses_rows_that_would_lose_their_completion(tmp_path: Path) -> None:
+    data = _sft_rows(tmp_path / "coldstart.jsonl")
+    settings = SftSettings(output_root=tmp_path / "out", max_steps=1, max_length=32, **TINY)
+    with pytest.raises(TrainingError, match="4 of 4 rows are longer than max_length=32"):
+        train_sft(data, settings=settings)
+    assert list_versions(tmp_path / "out") == []  # nothing published
