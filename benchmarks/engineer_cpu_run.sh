@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The CPU-scale engineer run (issue 4), sized for one 2-core session on DBBench:
+#   `standard` is the training split, `dev` is held out (no dev task is ever trained on).
+# 1. the frozen SmolLM2 target on both splits (its failures become packets of 4 episodes);
+# 2. the cold start: template-teacher proposals canaried on the target, kept when executable
+#    and non-regressive;
+# 3. LoRA SFT on the kept rows;
+# 4. online GRPO (dapo loss, K completions per packet, rewards = canary deltas on the packet's
+#    own tasks and seeds), starting from the SFT adapter;
+# 5. held-out scoring of the engineer before SFT, after SFT and after GRPO: valid fraction and
+#    mean canary delta of its proposals, same packets, seeds and shared baselines.
+# Results: $R/*.json and $R/*.log; benchmarks/engineer_rows.py renders the BENCHMARKS.md rows.
+set -euo pipefail
+HR=${HR:-.venv/bin/harness-r1}
+R=${R:-runs/engineer}
+TRAIN_TASKS=${TRAIN_TASKS:-32}
+HELDOUT_TASKS=${HELDOUT_TASKS:-8}
+PACKETS=${PACKETS:-4}
+K=${K:-4}
+GRPO_STEPS=${GRPO_STEPS:-20}
+TOKENS=${TOKENS:-1024}
+TARGET="--max-steps 6 --history-turns 3"
+mkdir -p "$R"
+t() { /usr/bin/time -f "%e s wall" "$@"; }
+
+[ -s "$R/dbbench-standard.jsonl" ] || t $HR eval --env dbbench --split standard \
+  --limit "$TRAIN_TASKS" $TARGET --max-new-tokens 64 --lockstep 8 --out "$R/dbbench-standard.jsonl"
+[ -s "$R/dbbench-dev.jsonl" ] || t $HR eval --env dbbench --split dev \
+  --limit "$HELDOUT_TASKS" $TARGET --max-new-tokens 64 --lockstep 8 --out "$R/dbbench-dev.jsonl"
+
+[ -s "$R/coldstart/stats.json" ] || t $HR train coldstart "$R/dbbench-standard.jsonl" \
+  --env dbbench --split standard --out "$R/coldstart" -k "$K" --limit-packets "$PACKETS" \
+  --batch-size 4 $TARGET --max-new-tokens 64 --baseline-cache "$R/baselines" 2>&1 \
+  | tee "$R/coldstart.log"
+
+t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 2 --batch-size 2 \
+  --threads 2 2>&1 | tee "$R/sft.log"
+SFT=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
+
+t $HR train grpo --packets "$R/coldstart/packets.jsonl" --adapter "$SFT" --out "$R/artifacts" \
+  --max-steps "$GRPO_STEPS" -k "$K" --target-steps 6 --history-turns 3 \
+  --max-completion-length "$TOKENS" --threads 2 2>&1 | tee "$R/grpo.log"
+GRPO=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
+
+heldout() {  # name, then extra options
+  local name=$1; shift
+  t $HR engineer evaluate "$R/dbbench-dev.jsonl" --env dbbench --split dev -k "$K" \
+    --batch-size 4 $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
+    --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
+}
+heldout base
+heldout sft --adapter "$SFT"
+heldout grpo --adapter "$GRPO"
