@@ -17,7 +17,11 @@ from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy, crop_kv_cache
+from harness_r1.harness.policies.transformers_backend import (
+    TransformersPolicy,
+    copy_kv_prefix,
+    crop_kv_cache,
+)
 from harness_r1.harness.tasks import spread
 
 
@@ -70,7 +74,9 @@ def main() -> None:
     batched = measure(policy, *common, lockstep=args.episodes, history_turns=args.history_turns)
     rows = [("one by one", one), (f"lockstep {args.episodes}", batched)]
     if args.prefix_cache:
-        policy.prefix_cache = PrefixCacheStore(2 * args.episodes, crop=crop_kv_cache)
+        policy.prefix_cache = PrefixCacheStore(
+            2 * args.episodes, crop=crop_kv_cache, copy_prefix=copy_kv_prefix
+        )
         cached = measure(policy, *common, lockstep=args.episodes, history_turns=args.history_turns)
         rows.append((f"lockstep {args.episodes}, prefix cache", cached))
     print("| mode | episodes | steps | seconds | episodes/s | gen tokens | tokens/s |")

@@ -86,8 +86,11 @@ def run_engineer_eval(
         runtime, hooks_factory, static_validator(), cache=BaselineCache(request.baseline_cache)
     )
     engineer = build_engineer(request.engineer)
+    scored: list[PacketScore] = []
 
     def progress(score: PacketScore) -> None:
+        scored.append(score)  # the report so far is on disk after every packet
+        _write(request.out, HeldOutReport(engineer.model_id, request.heldout, scored))
         console.print(
             f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
             f"deltas {score.deltas}, {score.generated_tokens} tokens in "
@@ -104,7 +107,14 @@ def run_engineer_eval(
         close = getattr(engineer, "close", None)
         if callable(close):
             close()
-    if request.out is not None:
-        request.out.parent.mkdir(parents=True, exist_ok=True)
-        request.out.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    _write(request.out, report)
     return report
+
+
+def _write(path: Path | None, report: HeldOutReport) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -16,7 +16,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,18 @@ class EpisodeOutcome:
 
 #: Executor counters that say something about the worker rather than one call.
 WORKER_EVENTS = ("restarts", "start_failures", "refused", "unisolated_workers", "recycles")
+
+
+def generation_identity(policy: object) -> dict[str, Any]:
+    """The policy's settings that change what it writes (read from the attributes the backends
+    expose; None where a backend has no such setting)."""
+    sampling = getattr(policy, "sampling", None)
+    return {
+        "sampling": asdict(sampling) if is_dataclass(sampling) else None,  # type: ignore[arg-type]
+        "max_prompt_tokens": getattr(policy, "max_prompt_tokens", None),
+        "max_batch": getattr(policy, "max_batch", None),
+        "prefix_cache": getattr(policy, "prefix_cache", None) is not None,
+    }
 
 
 def _outcome(t: Trajectory) -> EpisodeOutcome:
@@ -190,6 +202,9 @@ class CanaryRunner:
         return TargetRef(model_id=policy.model_id, version=policy.version)
 
     def baseline_key(self, batch: CanaryBatch) -> str:
+        """Batch, target and everything about how the target runs that can change an outcome
+        (step limit, history, decoding settings, batching, prefix reuse): a baseline is shared
+        only with candidates run exactly the same way."""
         config = self.runtime.config
         key = [
             batch.batch_id,
@@ -197,8 +212,10 @@ class CanaryRunner:
             "base",
             config.max_steps,
             config.history_turns,
+            config.lockstep,
+            generation_identity(self.runtime.policy),
         ]
-        return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()
 
     # -- running episodes with retries --------------------------------------------------------
 

@@ -10,9 +10,14 @@ baseline episodes). Numbers per version:
 - mean canary delta: the mean success delta over the proposals the canary evaluated;
 - mean reward: the training reward over all proposals (invalid -> `invalid_reward`), the
   quantity GRPO maximises; infrastructure failures are left out of both means and counted;
-- improved fraction: proposals with a positive delta, over all proposals;
-- cost: proposals, generated tokens, generation seconds and tokens/s, canary episodes and
-  seconds.
+- improved fraction: proposals with a positive delta, over all proposals but infrastructure
+  failures;
+- cost: proposals, generated tokens, generation seconds and tokens/s, candidate episodes and
+  canary seconds (baseline episodes and seconds apart: they are paid once per packet and
+  shared across versions through the baseline cache).
+
+A canary that fails as infrastructure (its baseline kept failing, the backend died) makes that
+packet's valid proposals `infra_errors`: no delta, no reward, the evaluation goes on.
 
 Same sources, engineer, seed and a greedy target give the same numbers (sampling is seeded per
 packet: `seed + packet index`).
@@ -26,11 +31,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from harness_r1.sandbox.canary import Candidate
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
 from harness_r1.trainer.grpo import CanaryEvaluator
 from harness_r1.trainer.propose import propose_patches
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class PacketScore:
     generate_seconds: float = 0.0
     canary_episodes: int = 0
     canary_seconds: float = 0.0
+    baseline_episodes: int = 0
+    baseline_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +84,8 @@ class PacketScore:
             "generate_seconds": round(self.generate_seconds, 3),
             "canary_episodes": self.canary_episodes,
             "canary_seconds": round(self.canary_seconds, 3),
+            "baseline_episodes": self.baseline_episodes,
+            "baseline_seconds": round(self.baseline_seconds, 3),
         }
 
 
@@ -98,6 +111,8 @@ class HeldOutReport:
         rejected: Counter[str] = Counter()
         for p in self.packets:
             rejected.update(p.rejected)
+        infra = sum(p.infra_errors for p in self.packets)
+        judged = proposals - infra
         return {
             "engineer": self.engineer,
             "packets": len(self.packets),
@@ -107,14 +122,16 @@ class HeldOutReport:
             "evaluated": len(deltas),
             "mean_delta": _mean(deltas),
             "mean_reward": _mean(self._all("rewards")),
-            "improved_fraction": sum(d > 0 for d in deltas) / proposals if proposals else None,
-            "infra_errors": sum(p.infra_errors for p in self.packets),
+            "improved_fraction": sum(d > 0 for d in deltas) / judged if judged else None,
+            "infra_errors": infra,
             "rejected": dict(sorted(rejected.items())),
             "generated_tokens": tokens,
             "generate_seconds": round(seconds, 3),
             "tokens_per_second": tokens / seconds if seconds else None,
             "canary_episodes": sum(p.canary_episodes for p in self.packets),
             "canary_seconds": round(sum(p.canary_seconds for p in self.packets), 3),
+            "baseline_episodes": sum(p.baseline_episodes for p in self.packets),
+            "baseline_seconds": round(sum(p.baseline_seconds for p in self.packets), 3),
             "k": self.config.k,
             "seed": self.config.seed,
             "temperature": self.config.temperature,
@@ -156,8 +173,16 @@ def score_packet(
     if not candidates:
         return score
     started = time.perf_counter()
-    report = runner.evaluate(source.batch(), candidates)
-    score.canary_seconds = time.perf_counter() - started
+    try:
+        report = runner.evaluate(source.batch(), candidates)
+    except Exception as err:  # noqa: BLE001 - infrastructure: no delta, the evaluation goes on
+        log.warning("held-out canary failed", packet_id=source.packet.packet_id, error=str(err))
+        score.infra_errors += len(candidates)
+        return score
+    elapsed = time.perf_counter() - started
+    score.baseline_episodes = report.baseline_cost.episodes
+    score.baseline_seconds = report.baseline_cost.seconds
+    score.canary_seconds = max(0.0, elapsed - report.baseline_cost.seconds)
     for result in report.candidates:
         score.canary_episodes += result.cost.episodes
         if result.status == "infra_error":

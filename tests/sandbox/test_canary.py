@@ -221,3 +221,22 @@ def test_control_run_measures_pairing_noise() -> None:
     assert [c.candidate_id for c in report.candidates] == ["open"]
     assert report.control is not None and report.control.delta_success == 0.0
     assert report.control.patch_sha256 is None and report.control.cost.episodes == 8
+
+
+def test_baselines_are_shared_only_by_targets_run_the_same_way() -> None:
+    from harness_r1.harness.policies.base import SamplingConfig
+    from harness_r1.harness.policies.openai_http import OpenAIChatPolicy
+
+    def key(**kwargs: Any) -> str:
+        lockstep = kwargs.pop("lockstep", 8)
+        policy = OpenAIChatPolicy("http://127.0.0.1:9", "m", **kwargs)
+        runtime = HarnessRuntime(SUITE, policy, Path("."), RunConfig(lockstep=lockstep))
+        return CanaryRunner(
+            runtime, lambda p, c: IsolatedHooks(p, SandboxConfig()), validator
+        ).baseline_key(BATCH)
+
+    same = key(sampling=SamplingConfig(max_new_tokens=64))
+    assert key(sampling=SamplingConfig(max_new_tokens=64)) == same
+    assert key(sampling=SamplingConfig(max_new_tokens=96)) != same
+    assert key(sampling=SamplingConfig(max_new_tokens=64, temperature=0.7)) != same
+    assert key(sampling=SamplingConfig(max_new_tokens=64), lockstep=1) != same

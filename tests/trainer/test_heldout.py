@@ -20,10 +20,14 @@ from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
+from harness_r1.sandbox.canary import BaselineCache, CanaryRunner, InfraFailure
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
 from harness_r1.sandbox.patchfile import reference_patches
-from harness_r1.trainer.coldstart_sources import TaskIndex, sources_from_trajectories
+from harness_r1.trainer.coldstart_sources import (
+    SourceConfig,
+    TaskIndex,
+    sources_from_trajectories,
+)
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.heldout import HeldOutConfig, evaluate_engineer
 
@@ -111,3 +115,39 @@ def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> No
     assert summary["improved_fraction"] == 0.5
     assert summary["canary_episodes"] == 2 * len(sources[0].tasks)
     assert list((tmp_path / "baselines").glob("*.json"))  # shared across versions on disk
+
+
+class FailingCanary:
+    """Test double: a canary whose baseline keeps failing (infrastructure)."""
+
+    def evaluate(self, batch: object, candidates: Sequence[object]) -> object:
+        raise InfraFailure("baseline of batch x: episodes kept failing")
+
+
+def test_an_infrastructure_failure_is_no_reward_and_the_evaluation_goes_on() -> None:
+    root = Settings().data_root()
+    run = _runtime(root)
+    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
+    try:
+        trajectories = run.run(
+            [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+        )
+    finally:
+        run.close()
+    config = SourceConfig(batch_size=4)
+    sources = sources_from_trajectories(trajectories, TaskIndex("webshop", root), config)
+    assert len(sources) == 2
+    shopper = reference_patches("webshop")["webshop_shopper"]
+    engineer = FixedEngineer([f"<patch>{shopper.model_dump_json()}</patch>", "no patch"])
+    report = evaluate_engineer(
+        sources,
+        engineer,
+        lambda _env: FailingCanary(),
+        HeldOutConfig(k=2),  # type: ignore[arg-type,return-value]
+    )
+    summary = report.summary()
+    assert summary["packets"] == 2 and summary["proposals"] == 4
+    assert summary["infra_errors"] == 2 and summary["evaluated"] == 0
+    assert summary["mean_delta"] is None
+    assert summary["mean_reward"] == 0.0  # only the two invalid proposals have a reward
+    assert summary["improved_fraction"] == 0.0

@@ -7,12 +7,15 @@ an ALFWorld step); with the cache only the new tokens are read. The result is th
 up to floating-point noise, since a key/value cache of an identical token prefix is what the
 model would recompute.
 
-The store is generic over the cache object (plus a function cropping one to n tokens): a caller
-asks for the entry with the longest common token prefix, gets it cropped to that prefix, and
-puts the grown cache back under its new token sequence. An entry that is continued (its whole
-key is a prefix of the request) is handed over without a copy; an entry that is only partly
-shared (another episode's history after common instructions) is copied before cropping, so
-the episode it belongs to keeps its state.
+The store is generic over the cache object (plus functions cropping one to n tokens and
+copying its first n tokens): a caller asks for the entry with the longest common token prefix,
+gets it cut to that prefix, and puts the grown cache back under its new token sequence. An
+entry that is continued (its whole key is a prefix of the request) is handed over without a
+copy; from an entry only partly shared (another episode's history after the common
+instructions, or the episode's own history once the oldest exchange leaves a sliding history
+window) only the shared prefix is copied, so the entry stays intact. A partly shared entry is
+not marked as used, so entries nobody continues age out first. The store is bounded by entries
+and by total tokens (memory is proportional to tokens: ~46 KB per token for SmolLM2-135M).
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ C = TypeVar("C")
 def crop_in_place(cache: Any, length: int) -> None:
     """Default cropping: `cache.crop(length)` keeps the first `length` positions."""
     cache.crop(length)
+
+
+def deepcopy_prefix(cache: Any, length: int) -> Any:
+    """Default prefix copy: a deep copy, cropped."""
+    copied = copy.deepcopy(cache)
+    copied.crop(length)
+    return copied
 
 
 @dataclass
@@ -61,7 +71,8 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class PrefixCacheStore(Generic[C]):
-    """At most `max_entries` caches, least recently used evicted first.
+    """At most `max_entries` caches holding at most `max_tokens` tokens together, least
+    recently used evicted first.
 
     `min_shared` keeps tiny overlaps (a chat template's first few tokens) from costing a copy
     of a large cache for little gain.
@@ -72,17 +83,27 @@ class PrefixCacheStore(Generic[C]):
         max_entries: int = 16,
         min_shared: int = 32,
         crop: Callable[[C, int], None] = crop_in_place,
+        copy_prefix: Callable[[C, int], C] = deepcopy_prefix,
+        max_tokens: int = 65_536,
     ) -> None:
-        if max_entries < 1:
-            raise ValueError("a prefix cache needs room for at least one entry")
+        if max_entries < 1 or max_tokens < 1:
+            raise ValueError("a prefix cache needs room for at least one entry and one token")
         self.max_entries = max_entries
+        self.max_tokens = max_tokens
         self.min_shared = min_shared
         self._crop = crop
+        self._copy_prefix = copy_prefix
+        self._tokens = 0
         self._entries: OrderedDict[tuple[int, ...], C] = OrderedDict()
         self.stats = PrefixCacheStats()
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens held by all entries together."""
+        return self._tokens
 
     def take(self, tokens: Sequence[int]) -> PrefixHit[C] | None:
         """The cache sharing the longest prefix with `tokens`, cropped to it, or None."""
@@ -97,12 +118,14 @@ class PrefixCacheStore(Generic[C]):
         usable = min(best, len(tokens) - 1)
         if best_key is None or usable < self.min_shared:
             return None
-        if usable == len(best_key):
-            cache = self._entries.pop(best_key)  # a continuation: the entry moves on with it
+        if best == len(best_key):
+            # a continuation: the entry moves on with its episode
+            cache = self._entries.pop(best_key)
+            self._tokens -= len(best_key)
+            if usable < best:  # the same prompt again: the model must read its last token
+                self._crop(cache, usable)
         else:
-            cache = copy.deepcopy(self._entries[best_key])
-            self._entries.move_to_end(best_key)
-            self._crop(cache, usable)
+            cache = self._copy_prefix(self._entries[best_key], usable)
         self.stats.hits += 1
         self.stats.reused_tokens += usable
         return PrefixHit(cache=cache, length=usable)
@@ -110,10 +133,19 @@ class PrefixCacheStore(Generic[C]):
     def put(self, tokens: Sequence[int], cache: C) -> None:
         """Keep `cache`, which holds exactly the keys/values of `tokens`."""
         key = tuple(tokens)
+        if key in self._entries:
+            self._tokens -= len(key)
         self._entries[key] = cache
         self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._tokens += len(key)
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_entries or self._tokens > self.max_tokens
+        ):
+            evicted, _ = self._entries.popitem(last=False)
+            self._tokens -= len(evicted)
+        if self._tokens > self.max_tokens:  # one entry larger than the whole budget
+            self.clear()
 
     def clear(self) -> None:
         self._entries.clear()
+        self._tokens = 0

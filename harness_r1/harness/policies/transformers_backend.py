@@ -34,6 +34,42 @@ def crop_kv_cache(cache: Any, length: int) -> None:
         cache.crop(-excess)
 
 
+def copy_kv_prefix(cache: Any, length: int) -> Any:
+    """A new DynamicCache holding copies of the first `length` positions of `cache` (only
+    those are copied, not the whole cache)."""
+    from transformers import DynamicCache
+
+    copied = DynamicCache()
+    for index, layer in enumerate(cache.layers):
+        keys = layer.keys[..., :length, :].clone()
+        values = layer.values[..., :length, :].clone()
+        copied.update(keys, values, index)
+    return copied
+
+
+def check_prefix_cache_support(model: Any) -> None:
+    """Prefix reuse copies and crops full-attention dynamic caches; models whose caches are
+    sliding-window, static or otherwise special are refused up front (a clear error instead of
+    a failure at the first cache hit)."""
+    config = model.config
+    text_config = getattr(config, "get_text_config", lambda: config)()
+    special = getattr(model.generation_config, "cache_implementation", None)
+    sliding = getattr(text_config, "sliding_window", None)
+    layer_types = set(getattr(text_config, "layer_types", None) or ["full_attention"])
+    if special or sliding or layer_types != {"full_attention"}:
+        raise ValueError(
+            f"--prefix-cache supports full-attention dynamic caches only; this model has "
+            f"cache_implementation={special!r}, sliding_window={sliding!r}, "
+            f"layer_types={sorted(layer_types)}"
+        )
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (taskset, cgroups), not all the machine has."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 class TransformersPolicy:
     """A causal LM from a local checkpoint directory; left-padded batches, one `generate` each.
 
@@ -45,9 +81,11 @@ class TransformersPolicy:
 
     With `prefix_cache=True` requests are answered one at a time, each reusing the key/value
     cache of the longest token prefix seen before (its own episode's previous turn, or the
-    instructions every episode shares): long multi-turn prompts (ALFWorld) then cost only
-    their new tokens. Sampling is then seeded per request from its own seed, so a request's
-    text no longer depends on what it was batched with. BENCHMARKS.md measures both modes.
+    instructions every episode shares): long multi-turn prompts (ALFWorld) then cost mostly
+    their new tokens. Sampling is then seeded per request from its own seed. Reading a prefix
+    from the cache rather than in one pass changes the floating-point numerics slightly, and
+    whether a request hits depends on what ran before it, so (as with batching) greedy text can
+    rarely differ between runs of different composition. BENCHMARKS.md measures both modes.
     """
 
     def __init__(
@@ -66,8 +104,7 @@ class TransformersPolicy:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        # the CPUs this process may run on (taskset, cgroups), not all the machine has
-        torch.set_num_threads(threads or len(os.sched_getaffinity(0)) or 1)
+        torch.set_num_threads(threads or _usable_cpus())
         self.model_id = model_id
         self.version = version
         self.max_batch = max_batch
@@ -84,11 +121,14 @@ class TransformersPolicy:
         self._stop_ids = torch.tensor(sorted(stops | {self.tokenizer.pad_token_id}))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
-        self.prefix_cache: PrefixCacheStore[Any] | None = (
-            PrefixCacheStore(prefix_cache_entries or 2 * max_batch, crop=crop_kv_cache)
-            if prefix_cache
-            else None
-        )
+        self.prefix_cache: PrefixCacheStore[Any] | None = None
+        if prefix_cache:
+            check_prefix_cache_support(self.model)
+            self.prefix_cache = PrefixCacheStore(
+                prefix_cache_entries or 2 * max_batch,
+                crop=crop_kv_cache,
+                copy_prefix=copy_kv_prefix,
+            )
 
     @classmethod
     def embedded(
@@ -148,14 +188,14 @@ class TransformersPolicy:
             add_special_tokens=False,
         )["input_ids"]
         kwargs = self._generation_kwargs()
-        hit = store.take(ids)
-        if hit is not None:
-            kwargs["past_key_values"] = hit.cache
         if not self.sampling.greedy:
             torch.manual_seed(request.seed & 0x7FFFFFFF)
         input_ids = torch.tensor([ids])
         started = time.perf_counter()
         try:
+            hit = store.take(ids)
+            if hit is not None:
+                kwargs["past_key_values"] = hit.cache
             with torch.inference_mode():
                 output = self.model.generate(
                     input_ids=input_ids,
@@ -164,8 +204,8 @@ class TransformersPolicy:
                     use_cache=True,
                     **kwargs,
                 )
-        except RuntimeError as err:  # pragma: no cover - resource failures
-            store.clear()  # a half-extended cache must not be reused
+        except (RuntimeError, ValueError) as err:  # pragma: no cover - resource failures
+            store.clear()
             raise PolicyError(f"generation failed: {err}") from err
         self.generate_seconds += time.perf_counter() - started
         sequence = output.sequences[0]

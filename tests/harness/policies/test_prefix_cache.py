@@ -16,9 +16,13 @@ def _crop(cache: list[int], length: int) -> None:
     del cache[length:]
 
 
+def _copy_prefix(cache: list[int], length: int) -> list[int]:
+    return cache[:length]
+
+
 def _store(**kwargs: int) -> PrefixCacheStore[list[int]]:
     kwargs.setdefault("min_shared", 2)
-    return PrefixCacheStore(crop=_crop, **kwargs)
+    return PrefixCacheStore(crop=_crop, copy_prefix=_copy_prefix, **kwargs)
 
 
 def test_common_prefix_length() -> None:
@@ -46,6 +50,29 @@ def test_a_partly_shared_entry_is_copied_and_kept_intact() -> None:
     assert hit.cache == [1, 2, 3] and hit.cache is not other_episode
     assert other_episode == [1, 2, 3, 9, 9]
     assert len(store) == 1
+
+
+def test_a_partly_shared_entry_is_not_refreshed() -> None:
+    """An entry only copied from (its episode moved its history window on) ages out first."""
+    store = _store(max_entries=2)
+    store.put([1, 2, 3, 9], [1, 2, 3, 9])  # stale: only ever partly shared
+    store.put([5, 5, 5], [5, 5, 5])
+    assert store.take([1, 2, 3, 7]) is not None  # copied from the stale entry
+    store.put([1, 2, 3, 7, 8], [1, 2, 3, 7, 8])  # evicts the stale one, not [5, 5, 5]
+    assert store.take([5, 5, 5, 6]) is not None
+    assert store.take([1, 2, 3, 9, 1]).length == 3  # type: ignore[union-attr]
+
+
+def test_the_token_budget_bounds_the_store() -> None:
+    store = _store(max_entries=10, max_tokens=8)
+    store.put([1, 1, 1, 1], [1, 1, 1, 1])
+    store.put([2, 2, 2, 2], [2, 2, 2, 2])
+    assert store.tokens == 8 and len(store) == 2
+    store.put([3, 3, 3], [3, 3, 3])  # 11 > 8: the oldest goes
+    assert store.tokens == 7 and len(store) == 2
+    assert store.take([1, 1, 1, 1, 5]) is None
+    store.put(list(range(20)), list(range(20)))  # larger than the whole budget: kept nothing
+    assert store.tokens == 0 and len(store) == 0
 
 
 def test_at_least_one_token_is_left_for_the_model_to_read() -> None:
@@ -94,3 +121,5 @@ def test_stats_count_reused_tokens() -> None:
 def test_an_empty_store_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one entry"):
         PrefixCacheStore(max_entries=0)
+    with pytest.raises(ValueError, match="one token"):
+        PrefixCacheStore(max_tokens=0)
