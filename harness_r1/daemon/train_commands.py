@@ -116,6 +116,9 @@ def grpo(
         int, typer.Option(help="Online: engineer tokens per completion.")
     ] = 512,
     learning_rate: Annotated[float, typer.Option()] = 5e-5,
+    invalid_reward: Annotated[
+        float, typer.Option(help="Online: reward of a patch that does not parse or check.")
+    ] = 0.0,
 ) -> None:
     """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
     (--replay), or online on cold-start packets (--packets)."""
@@ -155,6 +158,7 @@ def grpo(
             threads,
             max_completion_length,
             learning_rate,
+            invalid_reward,
         )
     typer.echo(f"published {result.version_dir}")
 
@@ -171,6 +175,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     threads: int | None,
     max_completion_length: int,
     learning_rate: float,
+    invalid_reward: float,
 ):
     from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
@@ -210,10 +215,11 @@ def _grpo_online(  # type: ignore[no-untyped-def]
         threads=threads,
         max_completion_length=max_completion_length,
         learning_rate=learning_rate,
+        invalid_reward=invalid_reward,
     )
     return train_grpo_online(
         canary_rows(found),
-        CanaryReward(resolver),
+        CanaryReward(resolver, invalid_reward=invalid_reward),
         settings=grpo_settings,
         adapter=adapter,
         cache_dir=settings.cache,
