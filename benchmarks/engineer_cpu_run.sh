@@ -18,6 +18,8 @@ HELDOUT_TASKS=${HELDOUT_TASKS:-8}
 PACKETS=${PACKETS:-4}
 K=${K:-4}
 GRPO_STEPS=${GRPO_STEPS:-20}
+ITERATIONS=${ITERATIONS:-4}  # optimizer steps per generated group: 20 steps = 5 sampling rounds
+INVALID_REWARD=${INVALID_REWARD:-0.0}
 TOKENS=${TOKENS:-1024}
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
@@ -38,7 +40,8 @@ t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 2 --b
 SFT=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
 
 t $HR train grpo --packets "$R/coldstart/packets.jsonl" --adapter "$SFT" --out "$R/artifacts" \
-  --max-steps "$GRPO_STEPS" -k "$K" --target-steps 6 --history-turns 3 \
+  --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
+  --history-turns 3 --invalid-reward "$INVALID_REWARD" \
   --max-completion-length "$TOKENS" --threads 2 2>&1 | tee "$R/grpo.log"
 GRPO=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
 
