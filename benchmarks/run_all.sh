@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Every benchmark in BENCHMARKS.md, in order. Output: runs/bench-*.log. Hours on 2 CPU cores:
-# the ALFWorld SmolLM2 canary alone ran over 80 min without finishing its baseline half.
+# the ALFWorld SmolLM2 canary alone takes about an hour (with the prefix cache), the engineer
+# run about two.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 mkdir -p runs
 bash benchmarks/vanilla.sh 2>&1 | tee runs/bench-vanilla.log
 $PY benchmarks/policy_batching.py --env dbbench --split dev --episodes 8 --max-steps 5 2>&1 | tee runs/bench-batching.log
+$PY benchmarks/policy_batching.py --env alfworld --split valid_seen --episodes 4 --max-steps 4 --history-turns 3 --max-new-tokens 64 --prefix-cache 2>&1 | tee runs/bench-prefix-cache.log
 $PY benchmarks/sandbox_costs.py --calls 2000 --env dbbench --split dev --tasks 8 --max-steps 4 --k 4 2>&1 | tee runs/bench-sandbox.log
 bash benchmarks/reference_deltas.sh 2>&1 | tee runs/bench-reference.log
 $PY benchmarks/reference_rows.py runs/ref-alfworld.json runs/ref-dbbench.json runs/ref-webshop.json | tee runs/bench-reference-rows.md
 $PY benchmarks/deploy_latency.py --clients 20 --releases 50 2>&1 | tee runs/bench-deploy.log
 $PY benchmarks/ingest_throughput.py 2>&1 | tee runs/bench-ingest.log
+bash benchmarks/engineer_cpu_run.sh 2>&1 | tee runs/bench-engineer.log
+$PY benchmarks/engineer_rows.py runs/engineer | tee runs/bench-engineer-rows.md
