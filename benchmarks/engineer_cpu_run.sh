@@ -19,7 +19,10 @@ PACKETS=${PACKETS:-4}
 K=${K:-4}
 GRPO_STEPS=${GRPO_STEPS:-20}
 ITERATIONS=${ITERATIONS:-4}  # optimizer steps per generated group: 20 steps = 5 sampling rounds
-INVALID_REWARD=${INVALID_REWARD:-0.0}
+# The frozen 135M target almost never succeeds on DBBench, so most valid patches score a delta
+# of 0, the same as an invalid one at the default reward 0: every group would have zero
+# advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
+INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-1024}
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
