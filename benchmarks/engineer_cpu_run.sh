@@ -18,7 +18,7 @@ HELDOUT_TASKS=${HELDOUT_TASKS:-8}
 PACKETS=${PACKETS:-4}
 K=${K:-4}
 GRPO_STEPS=${GRPO_STEPS:-20}
-ITERATIONS=${ITERATIONS:-4}  # optimizer steps per generated group: 20 steps = 5 sampling rounds
+ITERATIONS=${ITERATIONS:-5}  # optimizer steps per sampled group: 20 steps = 4 sampling rounds
 # The frozen 135M target almost never succeeds on DBBench, so most valid patches score a delta
 # of 0, the same as an invalid one at the default reward 0: every group would have zero
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
@@ -38,8 +38,9 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
   --batch-size 4 $TARGET --max-new-tokens 64 --baseline-cache "$R/baselines" 2>&1 \
   | tee "$R/coldstart.log"
 
-t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 2 --batch-size 2 \
-  --threads 2 2>&1 | tee "$R/sft.log"
+# rows are ~2.5k prompt tokens + 360..1,510 completion tokens: --max-length 4608 keeps them all
+t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 1 --batch-size 2 \
+  --threads 2 --max-length 4608 2>&1 | tee "$R/sft.log"
 SFT=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
 
 t $HR train grpo --packets "$R/coldstart/packets.jsonl" --adapter "$SFT" --out "$R/artifacts" \
