@@ -39,14 +39,16 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
   | tee "$R/coldstart.log"
 
 # rows are ~2.5k prompt tokens + 360..1,510 completion tokens: --max-length 4608 keeps them all
-t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 1 --batch-size 2 \
+# batch size 1: a padded batch of such rows makes CPU attention keep seq x seq scores for
+# backward (batch 2 was killed for memory at 24 GiB); one row at a time uses the fused kernel
+t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 1 --batch-size 1 \
   --threads 2 --max-length 4608 2>&1 | tee "$R/sft.log"
 SFT=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
 
 t $HR train grpo --packets "$R/coldstart/packets.jsonl" --adapter "$SFT" --out "$R/artifacts" \
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
-  --max-completion-length "$TOKENS" --threads 2 2>&1 | tee "$R/grpo.log"
+  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 2>&1 | tee "$R/grpo.log"
 GRPO=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
 
 heldout() {  # name, then extra options

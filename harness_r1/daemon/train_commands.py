@@ -119,6 +119,9 @@ def grpo(
     invalid_reward: Annotated[
         float, typer.Option(help="Online: reward of a patch that does not parse or check.")
     ] = 0.0,
+    micro_batch: Annotated[
+        int | None, typer.Option(help="Completions per forward/backward (1 for long rows on CPU).")
+    ] = None,
 ) -> None:
     """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
     (--replay), or online on cold-start packets (--packets)."""
@@ -140,6 +143,7 @@ def grpo(
             num_iterations=num_iterations,
             threads=threads,
             learning_rate=learning_rate,
+            micro_batch=micro_batch,
         )
         result = train_grpo_replay(
             groups, settings=grpo_settings, adapter=adapter, cache_dir=settings.cache
@@ -159,6 +163,7 @@ def grpo(
             max_completion_length,
             learning_rate,
             invalid_reward,
+            micro_batch,
         )
     typer.echo(f"published {result.version_dir}")
 
@@ -176,6 +181,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     max_completion_length: int,
     learning_rate: float,
     invalid_reward: float,
+    micro_batch: int | None,
 ):
     from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
@@ -216,6 +222,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
         max_completion_length=max_completion_length,
         learning_rate=learning_rate,
         invalid_reward=invalid_reward,
+        micro_batch=micro_batch,
     )
     return train_grpo_online(
         canary_rows(found),

@@ -84,7 +84,11 @@ class GrpoSettings:
     output_root: where `runs/` and `engineer/vNNNN/` go.
     num_generations: K completions per prompt, one group [num_generations].
     groups_per_step: groups in one optimizer step; per-device batch = K * groups_per_step
-        [per_device_train_batch_size; gradient_accumulation_steps=1].
+        [per_device_train_batch_size * gradient_accumulation_steps].
+    micro_batch: completions per forward/backward pass (None: the whole step at once). Long
+        rows on CPU need 1: with padding in a batch, attention falls back to a kernel that
+        keeps seq x seq scores per head and layer for backward (a 4-row batch of ~3.7k-token
+        rows would need tens of GB) [per_device_train_batch_size; the rest is accumulated].
     num_iterations: optimizer steps per generated batch [num_iterations]; must be >= 2.
     max_steps: optimizer steps; for replay, <= 0 means one pass over the groups
         (groups // groups_per_step * num_iterations).
@@ -102,6 +106,7 @@ class GrpoSettings:
     num_generations: int = 4
     groups_per_step: int = 1
     num_iterations: int = 2
+    micro_batch: int | None = None
     max_steps: int = 20
     learning_rate: float = 5e-5
     max_completion_length: int = 512
@@ -140,6 +145,13 @@ class GrpoSettings:
             )
         if self.groups_per_step < 1:
             raise ValueError(f"groups_per_step must be >= 1, got {self.groups_per_step}")
+        if self.micro_batch is not None and (
+            self.micro_batch < 1 or self.batch_size % self.micro_batch
+        ):
+            raise ValueError(
+                f"micro_batch must divide the step's {self.batch_size} completions, "
+                f"got {self.micro_batch}"
+            )
         if self.loss_type not in CLIPPED_LOSSES:
             raise ValueError(f"loss_type must be one of {', '.join(CLIPPED_LOSSES)}")
         if not 0 < self.epsilon <= self.epsilon_high:
@@ -551,8 +563,9 @@ def grpo_config(settings: GrpoSettings, run_dir: Path, max_steps: int) -> Any:
         output_dir=str(run_dir),
         max_steps=max_steps,
         num_generations=settings.num_generations,
-        per_device_train_batch_size=settings.batch_size,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=settings.micro_batch or settings.batch_size,
+        gradient_accumulation_steps=settings.batch_size
+        // (settings.micro_batch or settings.batch_size),
         num_iterations=settings.num_iterations,
         learning_rate=settings.learning_rate,
         loss_type=settings.loss_type,

@@ -80,6 +80,12 @@ def test_group_advantages_unscored_and_degenerate_groups() -> None:
     assert group_advantages([None, None]) == [0.0, 0.0]
 
 
+def test_micro_batches_must_divide_the_step() -> None:
+    with pytest.raises(ValueError, match="micro_batch must divide"):
+        GrpoSettings(num_generations=4, micro_batch=3)
+    assert GrpoSettings(num_generations=4, groups_per_step=2, micro_batch=2).batch_size == 8
+
+
 def test_settings_refuse_a_single_iteration_and_bad_groups() -> None:
     with pytest.raises(ValueError, match="num_iterations must be >= 2.*ratio is exactly 1"):
         GrpoSettings(num_iterations=1)
@@ -298,11 +304,15 @@ def _restore_torch_threads() -> Any:
 
 
 @pytest.mark.integration
-def test_a_grpo_step_on_the_tiny_model_changes_the_lora_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize("micro_batch", [None, 1], ids=["whole-step", "micro-batch-1"])
+def test_a_grpo_step_on_the_tiny_model_changes_the_lora_weights(
+    tmp_path: Path, micro_batch: int | None
+) -> None:
     settings = GrpoSettings(
         output_root=tmp_path,
         num_generations=4,
         num_iterations=2,
+        micro_batch=micro_batch,  # 1: four accumulated passes per optimizer step
         max_steps=2,  # one generated batch, optimised twice (the second step clips)
         max_completion_length=16,
         learning_rate=1e-3,
