@@ -10,6 +10,7 @@
 # 5. held-out scoring of the engineer before SFT, after SFT and after GRPO: valid fraction and
 #    mean canary delta of its proposals, same packets, seeds and shared baselines.
 # Results: $R/*.json and $R/*.log; benchmarks/engineer_rows.py renders the BENCHMARKS.md rows.
+# A step whose output exists is skipped, so an interrupted run goes on where it stopped.
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 R=${R:-runs/engineer}
@@ -41,18 +42,21 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
 # rows are ~2.5k prompt tokens + 360..1,510 completion tokens: --max-length 4608 keeps them all
 # batch size 1: a padded batch of such rows makes CPU attention keep seq x seq scores for
 # backward (batch 2 was killed for memory at 24 GiB); one row at a time uses the fused kernel
-t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" --epochs 1 --batch-size 1 \
+[ -d "$R/artifacts/engineer/v0001" ] || t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" \
+  --epochs 1 --batch-size 1 \
   --threads 2 --max-length 4608 2>&1 | tee "$R/sft.log"
-SFT=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
+SFT="$R/artifacts/engineer/v0001"
 
-t $HR train grpo --packets "$R/coldstart/packets.jsonl" --adapter "$SFT" --out "$R/artifacts" \
+[ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo --packets "$R/coldstart/packets.jsonl" \
+  --adapter "$SFT" --out "$R/artifacts" \
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
   --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 2>&1 | tee "$R/grpo.log"
-GRPO=$(ls -d "$R"/artifacts/engineer/v* | tail -1)
+GRPO="$R/artifacts/engineer/v0002"
 
 heldout() {  # name, then extra options
   local name=$1; shift
+  [ -s "$R/heldout-$name.json" ] && return 0
   t $HR engineer evaluate "$R/dbbench-dev.jsonl" --env dbbench --split dev -k "$K" \
     --batch-size 4 $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
     --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"

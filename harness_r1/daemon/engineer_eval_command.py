@@ -89,8 +89,9 @@ def run_engineer_eval(
     scored: list[PacketScore] = []
 
     def progress(score: PacketScore) -> None:
-        scored.append(score)  # the report so far is on disk after every packet
-        _write(request.out, HeldOutReport(engineer.model_id, request.heldout, scored))
+        scored.append(score)  # the report so far is on disk (.partial) after every packet
+        partial = None if request.out is None else request.out.with_suffix(".partial.json")
+        _write(partial, HeldOutReport(engineer.model_id, request.heldout, scored))
         console.print(
             f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
             f"deltas {score.deltas}, {score.generated_tokens} tokens in "
