@@ -123,3 +123,23 @@ def test_an_empty_store_is_refused() -> None:
         PrefixCacheStore(max_entries=0)
     with pytest.raises(ValueError, match="one token"):
         PrefixCacheStore(max_tokens=0)
+
+
+def test_models_with_special_caches_are_refused_up_front() -> None:
+    from types import SimpleNamespace
+
+    from harness_r1.harness.policies.transformers_backend import check_prefix_cache_support
+
+    def model(**config: object) -> SimpleNamespace:
+        generation = SimpleNamespace(cache_implementation=config.pop("cache", None))
+        return SimpleNamespace(config=SimpleNamespace(**config), generation_config=generation)
+
+    check_prefix_cache_support(model(sliding_window=None, layer_types=None))  # Llama-like
+    check_prefix_cache_support(model(layer_types=["full_attention"] * 4))
+    for refused in (
+        model(sliding_window=4096),
+        model(layer_types=["full_attention", "sliding_attention"]),
+        model(cache="static"),
+    ):
+        with pytest.raises(ValueError, match="full-attention dynamic caches only"):
+            check_prefix_cache_support(refused)
