@@ -42,6 +42,9 @@ from harness_r1.trainer.propose import propose_patches
 log = structlog.get_logger(__name__)
 
 
+TEXT_CHARS = 4000
+
+
 @dataclass(frozen=True)
 class HeldOutConfig:
     k: int = 4
@@ -69,6 +72,8 @@ class PacketScore:
     canary_seconds: float = 0.0
     baseline_episodes: int = 0
     baseline_seconds: float = 0.0
+    # each proposal as written (cut to TEXT_CHARS) with its verdict, to read what went wrong
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +91,7 @@ class PacketScore:
             "canary_seconds": round(self.canary_seconds, 3),
             "baseline_episodes": self.baseline_episodes,
             "baseline_seconds": round(self.baseline_seconds, 3),
+            "samples": self.samples,
         }
 
 
@@ -162,6 +168,16 @@ def score_packet(
     score.generate_seconds = time.perf_counter() - started
     score.proposals = len(proposals)
     score.generated_tokens = sum(p.sample.completion_tokens or 0 for p in proposals)
+    score.samples = [
+        {
+            "index": p.index,
+            "valid": p.valid,
+            "rejected": None if p.valid else f"{p.stage}:{p.reason}",
+            "tokens": p.sample.completion_tokens,
+            "text": p.text[:TEXT_CHARS],
+        }
+        for p in proposals
+    ]
     candidates = []
     for p in proposals:
         if p.valid and p.patch is not None:

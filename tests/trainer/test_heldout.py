@@ -115,6 +115,11 @@ def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> No
     assert summary["improved_fraction"] == 0.5
     assert summary["canary_episodes"] == 2 * len(sources[0].tasks)
     assert list((tmp_path / "baselines").glob("*.json"))  # shared across versions on disk
+    assert [s["rejected"] for s in score.samples][1:3] == [
+        "parse:no_patch_block",
+        "static:top_level_statement",  # the import sits outside the hook function
+    ]
+    assert score.samples[0]["valid"] and score.samples[0]["text"].startswith("<think>")
 
 
 class FailingCanary:
