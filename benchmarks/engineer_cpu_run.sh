@@ -25,6 +25,7 @@ ITERATIONS=${ITERATIONS:-5}  # optimizer steps per sampled group: 20 steps = 4 s
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
 INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-1024}
+SFT_EPOCHS=${SFT_EPOCHS:-1}  # session 3 ran 1: no valid proposal after it (see BENCHMARKS.md)
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
 t() { /usr/bin/time -f "%e s wall" "$@"; }
@@ -43,7 +44,7 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
 # batch size 1: a padded batch of such rows makes CPU attention keep seq x seq scores for
 # backward (batch 2 was killed for memory at 24 GiB); one row at a time uses the fused kernel
 [ -d "$R/artifacts/engineer/v0001" ] || t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" \
-  --epochs 1 --batch-size 1 \
+  --epochs "$SFT_EPOCHS" --batch-size 1 \
   --threads 2 --max-length 4608 2>&1 | tee "$R/sft.log"
 SFT="$R/artifacts/engineer/v0001"
 
