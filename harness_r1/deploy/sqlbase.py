@@ -8,6 +8,7 @@ timestamps stored in UTC and read back tz-aware, and short sessions per method.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.orm import Session
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
@@ -49,6 +51,24 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _locked(err: BaseException) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and "locked" in str(err)
+
+
+def _enable_wal(cursor: Any, budget_s: float) -> None:
+    """`PRAGMA journal_mode = WAL`, retried while the file is locked: switching a new database
+    to WAL can answer "database is locked" at once, without the busy handler, when several
+    processes open it for the first time together (seen ~4 in 60 four-way first starts)."""
+    for attempt in Retrying(
+        retry=retry_if_exception(_locked),
+        stop=stop_after_delay(max(budget_s, 0.1)),
+        wait=wait_exponential(multiplier=0.005, max=0.2),
+        reraise=True,
+    ):
+        with attempt:
+            cursor.execute("PRAGMA journal_mode = WAL")
+
+
 def configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     """WAL, busy_timeout and foreign keys per connection; SQLAlchemy, not the sqlite3 module,
     emits BEGIN (the module's legacy mode never begins a transaction before a SELECT, so a
@@ -60,7 +80,7 @@ def configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(cursor, busy_timeout_ms / 1000)
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
