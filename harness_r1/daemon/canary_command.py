@@ -12,7 +12,7 @@ from rich.table import Table
 
 from harness_r1.contracts import CanaryReport, Patch
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.harness.tasks import spread
@@ -23,7 +23,7 @@ from harness_r1.sandbox.canary import (
     CanaryRunner,
     Candidate,
 )
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
 from harness_r1.sandbox.gate import GateConfig, GateDecision
 from harness_r1.sandbox.gated import run_gated
 from harness_r1.sandbox.patchfile import PatchFileError, load_patch_file
@@ -108,11 +108,7 @@ def run_canary(
         lockstep=request.lockstep,
     )
     runtime = HarnessRuntime(suite, policy, data_root, config)
-    sandbox = SandboxConfig(allow_unisolated=request.allow_unisolated)
-
-    def hooks_factory(patch: Patch, candidate_id: str) -> HookSet:
-        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
-
+    hooks_factory = isolated_hooks_factory(SandboxConfig(allow_unisolated=request.allow_unisolated))
     runner = CanaryRunner(
         runtime, hooks_factory, static_validator, CanaryConfig(control=request.control)
     )

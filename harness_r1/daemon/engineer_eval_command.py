@@ -14,13 +14,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness_r1.contracts import Patch
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import isolated_hooks_factory
 from harness_r1.trainer.coldstart import static_validator
 from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
 from harness_r1.trainer.engineer import EngineerSpec, build_engineer
@@ -77,13 +76,11 @@ def run_engineer_eval(
             lockstep=request.lockstep,
         ),
     )
-    sandbox = SandboxConfig()
-
-    def hooks_factory(patch: Patch, candidate_id: str) -> HookSet:
-        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
-
     runner = CanaryRunner(
-        runtime, hooks_factory, static_validator(), cache=BaselineCache(request.baseline_cache)
+        runtime,
+        isolated_hooks_factory(),
+        static_validator(),
+        cache=BaselineCache(request.baseline_cache),
     )
     engineer = build_engineer(request.engineer)
     scored: list[PacketScore] = []

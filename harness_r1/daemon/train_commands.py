@@ -189,7 +189,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     from harness_r1.harness.policies.base import SamplingConfig
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
     from harness_r1.sandbox.canary import CanaryRunner
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox.executor import isolated_hooks_factory
     from harness_r1.trainer.grpo import CanaryReward, GrpoSettings, canary_rows, train_grpo_online
     from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
 
@@ -206,7 +206,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
         runtime = HarnessRuntime(get_suite(env), policy, root, config)
         return CanaryRunner(
             runtime,
-            lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
+            isolated_hooks_factory(),
             static_validator,
         )
 

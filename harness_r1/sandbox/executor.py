@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -553,3 +553,16 @@ class IsolatedHooks:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+def isolated_hooks_factory(
+    config: SandboxConfig | None = None,
+) -> Callable[[Patch, str], IsolatedHooks]:
+    """The canary's hook-set factory: each candidate's patch in its own isolated worker, the
+    candidate id as the overlay id stamped on its trajectories."""
+    sandbox = config or SandboxConfig()
+
+    def factory(patch: Patch, candidate_id: str) -> IsolatedHooks:
+        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
+
+    return factory

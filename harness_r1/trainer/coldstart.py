@@ -66,7 +66,7 @@ from harness_r1.contracts import (
     Patch,
 )
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies.base import Policy, SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.sandbox.canary import (
@@ -76,7 +76,7 @@ from harness_r1.sandbox.canary import (
     Candidate,
     InfraFailure,
 )
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
 from harness_r1.sandbox.static import StaticLimits, check_patch
 from harness_r1.trainer.coldstart_sources import (
     CanaryScope,
@@ -727,11 +727,7 @@ def coldstart_command(
             lockstep=lockstep,
         ),
     )
-    sandbox_config = sandbox or SandboxConfig()
-
-    def hooks_factory(patch: Patch, candidate_id: str) -> HookSet:
-        return IsolatedHooks(patch, sandbox_config, overlay_id=candidate_id)
-
+    hooks_factory = isolated_hooks_factory(sandbox)
     config = ColdStartConfig(
         k=k,
         seed=seed,
