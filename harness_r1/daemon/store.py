@@ -1167,12 +1167,15 @@ class StateStore(SqlDatabase):
 
     def save_packet(self, batch_id: str, packet_id: str, packet_json: str) -> None:
         """Keep the batch's failure packet. Idempotent: the extractor is deterministic, so a
-        re-run of the batch saves the same packet again; a different packet under the same id
-        is refused (something changed that should not have)."""
+        re-run of the batch saves the same packet again. Packets are content-addressed (ids
+        masked), so another batch with failures that read the same gives the same packet: it
+        is kept once, under the first batch (nothing reads it back per batch; results and
+        groups carry their own batch). A different packet under the same id is refused
+        (something changed that should not have)."""
         with self._write() as session:
             existing = session.get(_PacketRow, packet_id, with_for_update=True)
             if existing is not None:
-                if existing.batch_id == batch_id and existing.packet_json == packet_json:
+                if existing.packet_json == packet_json:
                     return
                 raise StoreError(
                     f"packet {packet_id} is already stored with other content "

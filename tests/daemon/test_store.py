@@ -278,6 +278,10 @@ def test_packets_and_canary_results(store: StateStore) -> None:
     assert batch_id is not None
     store.save_packet(batch_id, "p-1", '{"packet_id": "p-1"}')
     store.save_packet(batch_id, "p-1", '{"packet_id": "p-1"}')  # a re-run: same packet
+    fill(store, 1, prefix="u")
+    other = store.seal_batch(KEY, 10)
+    assert other is not None and other != batch_id
+    store.save_packet(other, "p-1", '{"packet_id": "p-1"}')  # failures that read the same
     with pytest.raises(StoreError, match="other content"):
         store.save_packet(batch_id, "p-1", '{"packet_id": "p-1", "x": 1}')
     store.save_canary(batch_id, "p-1", "{}", [_candidate("c0", 0.5), _candidate("c1", None)])
