@@ -37,6 +37,7 @@ from harness_r1.consumers.packets import PacketConfig, build_packet
 from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
 from harness_r1.daemon.proposers import Proposer
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
+from harness_r1.deploy.cohort import fraction_reaching_one
 from harness_r1.deploy.guard import GuardConfig, GuardDecision, Verdict, judge
 from harness_r1.deploy.guard_loop import enact
 from harness_r1.deploy.publisher import Publisher
@@ -222,7 +223,9 @@ class ImprovementLoop:
             gated = self._canary(batch, packet, trajectories, proposals)
             _refuse_infra_errors(gated)
             rewards = self._rewards(batch.batch_id, gated)
-            overlay_id, winner = self._promote(batch.batch_id, packet, proposals, gated)
+            overlay_id, winner = self._promote(
+                batch.batch_id, packet, proposals, gated, trajectories
+            )
             self._store_results(
                 batch, packet, samples, proposals, gated, rewards, winner, overlay_id
             )
@@ -279,8 +282,11 @@ class ImprovementLoop:
         packet: FailurePacket,
         proposals: Sequence[Proposal],
         gated: GatedReport,
+        trajectories: Sequence[Trajectory],
     ) -> tuple[str | None, str | None]:
-        """Register the best candidate the gate promotes, and release it to a canary cohort.
+        """Register the best candidate the gate promotes, and release it to a canary cohort
+        that holds at least one of the batch's agents (on a small fleet the configured fraction
+        can reach nobody, and a canary nobody runs measures nothing).
         Returns (overlay id, winning candidate id), both None when nothing was promoted."""
         results = {r.candidate_id: r for r in gated.report.candidates}
         winners = [
@@ -317,9 +323,10 @@ class ImprovementLoop:
             # arm. The overlay stays a candidate; an operator (or a later batch) releases it.
             log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
             return record.overlay_id, cid
+        agents = sorted({t.agent_id for t in trajectories})
         self.publisher.release(
             record.overlay_id,
-            fraction=self.config.rollout_fraction,
+            fraction=fraction_reaching_one(agents, record.overlay_id, self.config.rollout_fraction),
             actor=DAEMON_ACTOR,
             reason=f"gate promoted {cid}: delta {delta:+.3f} on batch {batch_id}",
         )

@@ -33,7 +33,6 @@ Semantics an operator can rely on (written down because the issue leaves them op
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from harness_r1.consumers.kafka import Record
 from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease, Patch
+from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.signing import Keyring, Rejection, VerificationError, open_envelope
 from harness_r1.deploy.state import BASE, Hold, StateStore
 from harness_r1.harness.hooks import HookSet, NoHooks
@@ -104,14 +104,6 @@ class ClientMetrics:
             ["cause"],
             registry=registry,
         )
-
-
-def in_cohort(agent_id: str, overlay_id: str, fraction: float) -> bool:
-    """Stable, nested cohorts: the same agent is in for every fraction above its point."""
-    if fraction >= 1.0:
-        return True
-    digest = hashlib.sha256(f"{overlay_id}\0{agent_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
 @dataclass

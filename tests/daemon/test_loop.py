@@ -14,6 +14,7 @@ from daemon_rig import ReferenceEngineer, canary_for, data_root, failed_trajecto
 from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, TaskIndex
 from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.store import StateStore, ingest_item
+from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.deploy.signing import Signer
@@ -66,6 +67,11 @@ def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
     assert record.state is OverlayState.CANARY and record.target == "shop"
     assert record.group_id == outcome.batch_id and record.packet_id == outcome.packet_id
     assert [topic for topic, _ in sent] == ["harness-r1.overlay-releases"]
+    # the staged release reaches one of the batch's agents (one agent here: at the configured
+    # 0.5, half of all overlay ids would leave it out and the canary would measure nothing)
+    fraction = float(record.evidence["rollout_fraction"])
+    agents = {t.agent_id for t in trajectories}
+    assert any(in_cohort(a, outcome.overlay_id, fraction) for a in agents), (agents, fraction)
     rows = store.canary_results(outcome.batch_id)
     assert [r.status for r in rows] == ["evaluated", "invalid", "invalid"]
     assert rows[0].overlay_id == outcome.overlay_id
