@@ -135,6 +135,13 @@ class ImprovementLoop:
         self.metrics = metrics or LoopMetricsSink()
         self._on_event = on_event
 
+    def swap_proposer(self, proposer: Proposer) -> None:
+        """Use `proposer` for the batches that start from now on (a new engineer version after
+        a GRPO update); a batch already running keeps the one it started with, so its samples
+        and its stored group name the engineer that wrote them."""
+        previous, self.proposer = self.proposer, proposer
+        log.info("engineer_swapped", previous=previous.name, current=proposer.name)
+
     # -- batching ------------------------------------------------------------------------------
 
     def flush(self, now: datetime | None = None) -> int:
@@ -217,8 +224,9 @@ class ImprovementLoop:
         packet = build_packet(trajectories, self.config.packet)
         self.store.save_packet(batch.batch_id, packet.packet_id, packet.to_json_bytes().decode())
         self.metrics.packet()
+        proposer = self.proposer  # one engineer for the whole batch, even across a swap
         with structlog.contextvars.bound_contextvars(packet_id=packet.packet_id):
-            samples = self.proposer.samples(packet, self.config.k, _seed(batch.batch_id))
+            samples = proposer.samples(packet, self.config.k, _seed(batch.batch_id))
             proposals = [classify(s, packet.env, i) for i, s in enumerate(samples)]
             gated = self._canary(batch, packet, trajectories, proposals)
             _refuse_infra_errors(gated)
@@ -227,7 +235,7 @@ class ImprovementLoop:
                 batch.batch_id, packet, proposals, gated, trajectories
             )
             self._store_results(
-                batch, packet, samples, proposals, gated, rewards, winner, overlay_id
+                batch, packet, samples, proposals, gated, rewards, winner, overlay_id, proposer.name
             )
         verdicts = tuple(
             gated.decisions[_cid(batch.batch_id, i)].verdict for i in range(len(proposals))
@@ -346,6 +354,7 @@ class ImprovementLoop:
         rewards: Sequence[float],
         winner: str | None,
         overlay_id: str | None,
+        engineer: str,
     ) -> None:
         results = {r.candidate_id: r for r in gated.report.candidates}
         rows = []
@@ -373,7 +382,7 @@ class ImprovementLoop:
         self.store.save_group(
             batch.batch_id,
             packet.packet_id,
-            _group_prompt(batch.batch_id, packet, samples, rewards, self.proposer.name),
+            _group_prompt(batch.batch_id, packet, samples, rewards, engineer),
             [s.text for s in samples],
             list(rewards),
         )

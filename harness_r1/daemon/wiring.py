@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from prometheus_client import CollectorRegistry
 
 from harness_r1.consumers.kafka import (
@@ -38,6 +39,8 @@ from harness_r1.deploy.signing import Keyring, Signer
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
+
+log = structlog.get_logger(__name__)
 
 
 class MetricsAdapter(LoopMetricsSink, IngestSink):
@@ -269,6 +272,7 @@ def build_daemon(
         adapter,
         event,
     )
+    metrics.set_engineer_version(loop.proposer.name)
     ingest_config = IngestConfig(
         topic=settings.trajectory_topic,
         group=settings.kafka.group_id,
@@ -294,7 +298,9 @@ def build_daemon(
             jobstore_url=settings.jobstore_url(),
         ),
         adapter,
-        grpo_update=_grpo_job(store, settings, metrics),
+        grpo_update=_grpo_job(
+            store, settings, metrics, None if proposer else _engineer_reloader(settings, loop)
+        ),
         control_factory=_control_follower(settings, kafka, overlays, store, metrics),
     )
     health = HealthServer(registry, settings.metrics.host, settings.metrics.port, daemon.ready)
@@ -344,7 +350,40 @@ def trusted_keys(settings: Settings) -> Keyring | None:
     return None
 
 
-def _grpo_job(store: StateStore, settings: Settings, metrics: DaemonMetrics) -> Callable[[], int]:
+def _engineer_reloader(settings: Settings, loop: ImprovementLoop) -> Callable[[str], str | None]:
+    """After a GRPO update, load the new version and swap it into the loop, so the daemon
+    proposes with what it just trained instead of waiting for a restart. A remote engineer
+    (OpenAI-compatible) serves its own weights: the new adapter is only logged for an operator
+    to load there. A version that fails to load leaves the running engineer in place.
+    Returns the name of the engineer now proposing, None when it was not swapped."""
+
+    def reload(version: str) -> str | None:
+        if settings.loop.engineer_backend in ("template", "openai"):
+            log.warning(
+                "engineer_version_not_loaded",
+                version=version,
+                backend=settings.loop.engineer_backend,
+                reason="the daemon does not serve this backend's weights",
+            )
+            return None
+        try:
+            loop.swap_proposer(build_proposer(settings))
+        except Exception as err:  # noqa: BLE001 - keep proposing with the running version
+            log.error("engineer_reload_failed", version=version, error=repr(err))
+            return None
+        return loop.proposer.name
+
+    return reload
+
+
+def _grpo_job(
+    store: StateStore,
+    settings: Settings,
+    metrics: DaemonMetrics,
+    reload: Callable[[str], str | None] | None = None,
+) -> Callable[[], int]:
+    """The scheduled GRPO update; `reload` swaps the new version in (None: the engineer was
+    given by the caller and stays)."""
     from harness_r1.daemon.grpo_job import GrpoJobConfig, grpo_update
 
     config = GrpoJobConfig(
@@ -358,7 +397,9 @@ def _grpo_job(store: StateStore, settings: Settings, metrics: DaemonMetrics) -> 
         result = grpo_update(store, config)
         if result.version is not None:
             metrics.grpo_updates.inc()
-            metrics.set_engineer_version(result.version)
+            now = reload(result.version) if reload is not None else None
+            if now is not None:
+                metrics.set_engineer_version(now)
         return result.trained
 
     return run

@@ -121,3 +121,28 @@ def test_infrastructure_failure_is_retried_not_rewarded(tmp_path: Path) -> None:
     assert store.pending_batches() == 1 and store.count_canary_results() == 0
     assert loop.work_once("w1") is None
     assert store.pending_batches() == 0 and store.count_groups() == 0
+
+
+class SwapsMidBatch(ReferenceEngineer):
+    """TEST DOUBLE: a GRPO update swapping the engineer while this one writes its samples."""
+
+    loop: ImprovementLoop | None = None
+
+    def samples(self, packet, k, seed):  # type: ignore[no-untyped-def]
+        assert self.loop is not None
+        self.loop.swap_proposer(TemplateProposer())
+        return super().samples(packet, k, seed)
+
+
+def test_a_swapped_engineer_proposes_from_the_next_batch_on(tmp_path: Path) -> None:
+    first = SwapsMidBatch()
+    loop, store, _, _ = build(tmp_path, first, batch_size=4, k=2, guard_limit=0)
+    first.loop = loop
+    ingest(store, failed_trajectories(8, offset=3))
+    assert loop.flush() == 2
+    assert loop.work_once("w1") is not None and loop.proposer.name == "template"
+    assert loop.work_once("w1") is not None
+    older, newer = store.untrained_groups()
+    # the batch running during the swap kept its engineer; the next one used the new one
+    assert all("use the reference" in text for text in older.completions[:1])
+    assert not any("use the reference" in text for text in newer.completions)
