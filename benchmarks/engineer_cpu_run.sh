@@ -14,7 +14,7 @@
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 R=${R:-runs/engineer}
-TRAIN_TASKS=${TRAIN_TASKS:-32}
+TRAIN_TASKS=${TRAIN_TASKS:-16}  # all fail: exactly the 4 packets of 4 the cold start uses
 HELDOUT_TASKS=${HELDOUT_TASKS:-8}
 PACKETS=${PACKETS:-4}
 K=${K:-4}
@@ -25,7 +25,8 @@ ITERATIONS=${ITERATIONS:-5}  # optimizer steps per sampled group: 20 steps = 4 s
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
 INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-1024}
-SFT_EPOCHS=${SFT_EPOCHS:-1}  # session 3 ran 1: no valid proposal after it (see BENCHMARKS.md)
+SFT_EPOCHS=${SFT_EPOCHS:-4}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
+SFT_LR=${SFT_LR:-4e-4}
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
 t() { /usr/bin/time -f "%e s wall" "$@"; }
@@ -44,16 +45,9 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
 # batch size 1: a padded batch of such rows makes CPU attention keep seq x seq scores for
 # backward (batch 2 was killed for memory at 24 GiB); one row at a time uses the fused kernel
 [ -d "$R/artifacts/engineer/v0001" ] || t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" \
-  --epochs "$SFT_EPOCHS" --batch-size 1 \
+  --epochs "$SFT_EPOCHS" --learning-rate "$SFT_LR" --batch-size 1 \
   --threads 2 --max-length 4608 2>&1 | tee "$R/sft.log"
 SFT="$R/artifacts/engineer/v0001"
-
-[ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo --packets "$R/coldstart/packets.jsonl" \
-  --adapter "$SFT" --out "$R/artifacts" \
-  --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
-  --history-turns 3 --invalid-reward "$INVALID_REWARD" \
-  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 2>&1 | tee "$R/grpo.log"
-GRPO="$R/artifacts/engineer/v0002"
 
 heldout() {  # name, then extra options
   local name=$1; shift
@@ -62,6 +56,14 @@ heldout() {  # name, then extra options
     --batch-size 4 $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
     --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
 }
-heldout base
-heldout sft --adapter "$SFT"
+heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
+
+[ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo --packets "$R/coldstart/packets.jsonl" \
+  --adapter "$SFT" --out "$R/artifacts" \
+  --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
+  --history-turns 3 --invalid-reward "$INVALID_REWARD" \
+  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 2>&1 | tee "$R/grpo.log"
+GRPO="$R/artifacts/engineer/v0002"
+
 heldout grpo --adapter "$GRPO"
+heldout base  # last: the engineer before SFT does not depend on any training step
