@@ -293,8 +293,8 @@ class ImprovementLoop:
         trajectories: Sequence[Trajectory],
     ) -> tuple[str | None, str | None]:
         """Register the best candidate the gate promotes, and release it to a canary cohort
-        that holds at least one of the batch's agents (on a small fleet the configured fraction
-        can reach nobody, and a canary nobody runs measures nothing).
+        that holds at least one known agent and leaves at least one out (on a small fleet the
+        configured fraction can reach nobody, and a canary nobody runs measures nothing).
         Returns (overlay id, winning candidate id), both None when nothing was promoted."""
         results = {r.candidate_id: r for r in gated.report.candidates}
         winners = [
@@ -331,7 +331,8 @@ class ImprovementLoop:
             # arm. The overlay stays a candidate; an operator (or a later batch) releases it.
             log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
             return record.overlay_id, cid
-        agents = sorted({t.agent_id for t in trajectories})
+        # the fleet as far as the store knows it (the batch's agents are in it)
+        agents = set(self.store.agent_ids()) | {t.agent_id for t in trajectories}
         self.publisher.release(
             record.overlay_id,
             fraction=fraction_reaching_one(agents, record.overlay_id, self.config.rollout_fraction),

@@ -891,6 +891,18 @@ class StateStore(SqlDatabase):
         with self._read() as session:
             return int(session.execute(query).scalar_one())
 
+    def agent_ids(self, limit: int = 10_000) -> list[str]:
+        """The distinct agents whose trajectories are retained (the fleet this daemon serves, as
+        far as it knows it), sorted; at most `limit`."""
+        query = (
+            select(_TrajectoryRow.agent_id)
+            .distinct()
+            .order_by(_TrajectoryRow.agent_id)
+            .limit(limit)
+        )
+        with self._read() as session:
+            return [str(a) for a in session.execute(query).scalars()]
+
     def has_trajectory(self, trajectory_id: str) -> bool:
         query = select(exists().where(_TrajectoryRow.trajectory_id == trajectory_id))
         with self._read() as session:

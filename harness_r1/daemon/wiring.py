@@ -151,14 +151,15 @@ class CanaryRunners:
         )
 
 
-def build_proposer(settings: Settings) -> Proposer:
+def build_proposer(settings: Settings, adapter: Path | None = None) -> Proposer:
+    """The configured engineer, with `adapter` (default: the latest published version)."""
     loop = settings.loop
     if loop.engineer_backend == "template":
         return TemplateProposer()
     from harness_r1.trainer.engineer import EngineerSpec, build_engineer
     from harness_r1.trainer.sft import latest_version
 
-    adapter = latest_version(settings.cache / "engineer-artifacts")
+    adapter = adapter or latest_version(settings.cache / "engineer-artifacts")
     api_key = loop.engineer_api_key.get_secret_value() if loop.engineer_api_key else None
     spec = EngineerSpec(
         kind=loop.engineer_backend,
@@ -350,28 +351,34 @@ def trusted_keys(settings: Settings) -> Keyring | None:
     return None
 
 
+#: Engineers the daemon loads in process and can replace by a new version while it runs.
+#: vLLM holds its GPU memory until the process ends (a second engine beside the first does
+#: not fit), OpenAI-compatible servers serve their own weights, the template has none.
+SWAPPABLE_ENGINEERS = ("smollm2",)
+
+
 def _engineer_reloader(settings: Settings, loop: ImprovementLoop) -> Callable[[str], str | None]:
-    """After a GRPO update, load the new version and swap it into the loop, so the daemon
-    proposes with what it just trained instead of waiting for a restart. A remote engineer
-    (OpenAI-compatible) serves its own weights: the new adapter is only logged for an operator
-    to load there. A version that fails to load leaves the running engineer in place.
-    Returns the name of the engineer now proposing, None when it was not swapped."""
+    """After a GRPO update, load that version and swap it into the loop, so the daemon proposes
+    with what it just trained instead of waiting for a restart. Other backends only log the
+    new version (an operator loads it there, or restarts the daemon). A version that fails to
+    load leaves the running engineer in place. Returns the name of the engineer now
+    proposing, None when nothing was swapped."""
 
     def reload(version: str) -> str | None:
-        if settings.loop.engineer_backend in ("template", "openai"):
-            log.warning(
-                "engineer_version_not_loaded",
-                version=version,
-                backend=settings.loop.engineer_backend,
-                reason="the daemon does not serve this backend's weights",
-            )
+        backend = settings.loop.engineer_backend
+        if backend not in SWAPPABLE_ENGINEERS:
+            log.warning("engineer_version_not_loaded", version=version, backend=backend)
             return None
+        from harness_r1.trainer.sft import versions_dir
+
+        path = versions_dir(settings.cache / "engineer-artifacts") / version
         try:
-            loop.swap_proposer(build_proposer(settings))
+            proposer = build_proposer(settings, adapter=path)
         except Exception as err:  # noqa: BLE001 - keep proposing with the running version
             log.error("engineer_reload_failed", version=version, error=repr(err))
             return None
-        return loop.proposer.name
+        loop.swap_proposer(proposer)
+        return proposer.name
 
     return reload
 

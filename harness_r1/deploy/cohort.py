@@ -4,14 +4,13 @@ Each agent has a stable point in [0, 1) per overlay (a hash of overlay id and ag
 in the cohort when its point is below the fraction, so cohorts are nested as the fraction
 grows. The points are independent per agent, so on a small fleet a fraction can reach nobody
 (4 agents at 0.5: 1 release in 16). A canary that reaches nobody measures nothing and waits
-for the guard's timeout, so the publisher side widens such a fraction just enough to reach
-the known agent with the lowest point (`fraction_reaching_one`).
+for the guard's timeout, so the daemon widens such a fraction to reach exactly one agent of the
+fleet it knows (`fraction_reaching_one`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterable
 
 
@@ -29,11 +28,13 @@ def in_cohort(agent_id: str, overlay_id: str, fraction: float) -> bool:
 
 
 def fraction_reaching_one(agent_ids: Iterable[str], overlay_id: str, fraction: float) -> float:
-    """`fraction`, or the smallest larger fraction that puts one of `agent_ids` in the cohort
-    when it reaches none of them. Unknown fleets (no ids) keep the configured fraction; the
-    widened fraction includes exactly the one agent with the lowest point, so the others stay
-    on their overlay as the guard's control group."""
-    points = [cohort_point(agent, overlay_id) for agent in agent_ids]
-    if fraction >= 1.0 or not points or min(points) < fraction:
+    """`fraction`, or a larger one that puts exactly one of the known `agent_ids` in the
+    cohort when `fraction` reaches none of them: halfway between the lowest and the second
+    lowest point, so every other known agent stays on its overlay as the guard's control
+    group (the margin also survives the fraction's trips through JSON). With fewer than two
+    known agents no widening can keep a control group, so `fraction` is kept; the result is
+    always below 1 (a fraction of 1 is a full release, which skips the guard)."""
+    points = sorted(cohort_point(agent, overlay_id) for agent in set(agent_ids))
+    if fraction >= 1.0 or len(points) < 2 or points[0] < fraction:
         return fraction
-    return min(1.0, math.nextafter(min(points), math.inf))
+    return (points[0] + points[1]) / 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from daemon_rig import ReferenceEngineer
 
 from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
@@ -11,6 +12,10 @@ from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import _engineer_reloader
 from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpoint
+from harness_r1.trainer.sft import publish_version, versions_dir
+
+ARTIFACTS = "engineer-artifacts"
 
 
 def _loop(tmp_path: Path) -> ImprovementLoop:
@@ -36,9 +41,42 @@ def test_a_backend_the_daemon_does_not_serve_is_not_swapped(tmp_path: Path) -> N
     assert loop.proposer.name == "reference-double"
 
 
-def test_a_version_that_fails_to_load_keeps_the_running_engineer(tmp_path: Path) -> None:
+@pytest.fixture
+def engineer_cache(tmp_path: Path) -> Path:
+    """A daemon cache holding the converted SmolLM2 (linked from the shared cache) and one
+    real published LoRA version, v0001."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    shared = converted_checkpoint(EMBEDDED["smollm2"])
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / shared.name).symlink_to(shared)
+
+    def write(directory: Path) -> None:
+        base = AutoModelForCausalLM.from_pretrained(str(shared))
+        get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(directory)
+
+    assert publish_version(cache / ARTIFACTS, write, {"kind": "test"}).version == "v0001"
+    return cache
+
+
+@pytest.mark.integration
+def test_a_new_version_is_loaded_and_swapped_in(tmp_path: Path, engineer_cache: Path) -> None:
     loop = _loop(tmp_path)
-    # vllm is a GPU-host extra, absent here: loading the new version fails for real
-    settings = Settings(cache=tmp_path, loop={"engineer_backend": "vllm", "engineer_model": "x"})
+    settings = Settings(cache=engineer_cache, loop={"engineer_backend": "smollm2"})
+    name = _engineer_reloader(settings, loop)("v0001")
+    assert name is not None and "v0001" in name and loop.proposer.name == name
+
+
+@pytest.mark.integration
+def test_a_version_that_fails_to_load_keeps_the_running_engineer(
+    tmp_path: Path, engineer_cache: Path
+) -> None:
+    loop = _loop(tmp_path)
+    broken = versions_dir(engineer_cache / ARTIFACTS) / "v0002"
+    broken.mkdir()
+    (broken / "adapter_config.json").write_text("{not json")
+    settings = Settings(cache=engineer_cache, loop={"engineer_backend": "smollm2"})
     assert _engineer_reloader(settings, loop)("v0002") is None
     assert loop.proposer.name == "reference-double"

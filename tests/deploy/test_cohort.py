@@ -27,7 +27,7 @@ def test_a_fraction_reaching_nobody_is_widened_to_exactly_one_agent() -> None:
     agents = [f"agent-{i}" for i in range(4)]
     overlay = _empty_cohort_overlay(agents, 0.5)
     widened = fraction_reaching_one(agents, overlay, 0.5)
-    assert 0.5 < widened <= 1.0
+    assert 0.5 < widened < 1.0
     reached = [a for a in agents if in_cohort(a, overlay, widened)]
     assert reached == [min(agents, key=lambda a: cohort_point(a, overlay))]
 
@@ -39,4 +39,6 @@ def test_a_fraction_that_reaches_someone_or_an_unknown_fleet_is_kept() -> None:
     )
     assert fraction_reaching_one(agents, reaching, 0.5) == 0.5
     assert fraction_reaching_one([], "ov-x", 0.5) == 0.5
+    alone = _empty_cohort_overlay(agents[:1], 0.5)  # one agent: widening leaves no control
+    assert fraction_reaching_one(agents[:1], alone, 0.5) == 0.5
     assert fraction_reaching_one(agents, "ov-x", 1.0) == 1.0
