@@ -54,7 +54,7 @@ heldout() {  # name, then extra options
   [ -s "$R/heldout-$name.json" ] && return 0
   t $HR engineer evaluate "$R/dbbench-dev.jsonl" --env dbbench --split dev -k "$K" \
     --batch-size 4 $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
-    --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
+    --prefix-cache --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
 }
 heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
 
@@ -62,7 +62,8 @@ heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught t
   --adapter "$SFT" --out "$R/artifacts" \
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
-  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 2>&1 | tee "$R/grpo.log"
+  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 --prefix-cache 2>&1 \
+  | tee "$R/grpo.log"
 GRPO="$R/artifacts/engineer/v0002"
 
 heldout grpo --adapter "$GRPO"

@@ -122,6 +122,9 @@ def grpo(
     micro_batch: Annotated[
         int | None, typer.Option(help="Completions per forward/backward (1 for long rows on CPU).")
     ] = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Online: the canary's target reuses prompt-prefix KV.")
+    ] = False,
 ) -> None:
     """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
     (--replay), or online on cold-start packets (--packets)."""
@@ -164,6 +167,7 @@ def grpo(
             learning_rate,
             invalid_reward,
             micro_batch,
+            prefix_cache,
         )
     typer.echo(f"published {result.version_dir}")
 
@@ -182,6 +186,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     learning_rate: float,
     invalid_reward: float,
     micro_batch: int | None,
+    prefix_cache: bool = False,
 ):
     from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
@@ -196,7 +201,11 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     settings = _settings()
     root = settings.data_root()
     policy = build_policy(
-        PolicySpec(sampling=SamplingConfig(max_new_tokens=64), cache_dir=settings.cache)
+        PolicySpec(
+            sampling=SamplingConfig(max_new_tokens=64),
+            cache_dir=settings.cache,
+            prefix_cache=prefix_cache,
+        )
     )
 
     def runner_for(env: str) -> CanaryRunner:
