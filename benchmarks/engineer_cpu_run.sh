@@ -19,13 +19,16 @@ HELDOUT_TASKS=${HELDOUT_TASKS:-8}
 PACKETS=${PACKETS:-4}
 K=${K:-4}
 GRPO_STEPS=${GRPO_STEPS:-20}
-ITERATIONS=${ITERATIONS:-5}  # optimizer steps per sampled group: 20 steps = 4 sampling rounds
+# completions per GRPO group: one optimizer step is GRPO_K forward+backward passes of a
+# ~3.5k-token row (~50 s each on 2 cores), so K=2 keeps 20 steps near half an hour
+GRPO_K=${GRPO_K:-2}
+ITERATIONS=${ITERATIONS:-10}  # optimizer steps per sampled group: 20 steps = 2 sampling rounds
 # The frozen 135M target almost never succeeds on DBBench, so most valid patches score a delta
 # of 0, the same as an invalid one at the default reward 0: every group would have zero
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
 INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-1024}
-SFT_EPOCHS=${SFT_EPOCHS:-4}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
+SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
 SFT_LR=${SFT_LR:-4e-4}
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
@@ -60,7 +63,7 @@ heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught t
 
 [ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo --packets "$R/coldstart/packets.jsonl" \
   --adapter "$SFT" --out "$R/artifacts" \
-  --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$K" --target-steps 6 \
+  --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$GRPO_K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
   --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 --prefix-cache 2>&1 \
   | tee "$R/grpo.log"

@@ -150,6 +150,16 @@ class Publisher:
                 reason=reason,
                 evidence={"seq": payload.seq, "rollout_fraction": fraction},
             )
+        if not moves and record.evidence.get("rollout_fraction") != fraction:
+            # a canary released again at another fraction (widened by an operator): record it,
+            # or re-announcements would go on publishing the old fraction
+            self.registry.record_event(
+                overlay_id,
+                actor=actor,
+                reason=reason,
+                evidence={"seq": payload.seq, "rollout_fraction": fraction},
+                merge_evidence=True,
+            )
         stage = "full" if to_state is OverlayState.ACTIVE else "canary"
         if self._metrics:
             self._metrics.releases.labels(stage=stage).inc()

@@ -493,11 +493,20 @@ class OverlayRegistry(SqlDatabase):
         actor: str,
         reason: str,
         evidence: Mapping[str, Any] | None = None,
+        merge_evidence: bool = False,
     ) -> OverlayEvent:
-        """Log an action that changes no state (a pin, an operator's note): from == to."""
+        """Log an action that changes no state (a pin, an operator's note): from == to.
+        `merge_evidence` also merges `evidence` into the overlay's own (a canary widened to a
+        new fraction: what re-announcements must publish)."""
         now = _now()
         with self._write() as session:
-            current = OverlayState(self._row(session, overlay_id, lock=True).state)
+            overlay = self._row(session, overlay_id, lock=True)
+            current = OverlayState(overlay.state)
+            if merge_evidence and evidence:
+                overlay.evidence_json = _dump_evidence(
+                    _load_evidence(overlay.evidence_json) | dict(evidence)
+                )
+                overlay.updated_at = now
             row = _event_row(
                 overlay_id, current, current, actor=actor, reason=reason, at=now, evidence=evidence
             )

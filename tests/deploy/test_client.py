@@ -222,6 +222,12 @@ def test_widening_a_release_moves_the_rest(rig: Rig) -> None:
         c.sync()
     assert rig.registry.get(a).state is OverlayState.CANARY
     assert 0 < sum(c.active_overlay_id == a for c in clients) < 20
+    rig.publisher.release(a, fraction=0.6, actor="operator", reason="widen")
+    # the registry keeps the widened fraction (re-announcements publish it) and says who
+    assert rig.registry.get(a).evidence["rollout_fraction"] == 0.6
+    assert rig.registry.events(a)[-1].actor == "operator"
+    rig.publisher.release(a, fraction=0.6, actor="daemon", reason="announce")
+    assert rig.registry.events(a)[-1].actor == "operator"  # same fraction: no new event
     rig.publisher.release(a, fraction=1.0, actor="live_guard", reason="better")
     for c in clients:
         c.sync()
