@@ -282,11 +282,18 @@ class Publisher:
             self._retire_active(command.target, evidence, **why)
         elif command.command is ControlKind.PIN and command.overlay_id is not None:
             self._activate(command.overlay_id, evidence, **why)
-            registry.record_event(command.overlay_id, evidence=evidence, **why)
+            registry.record_event(
+                command.overlay_id, evidence=evidence, actor=command.actor, reason=command.reason
+            )
         else:
             active = registry.active(command.target)
             if active is not None:
-                registry.record_event(active.overlay_id, evidence=evidence, **why)
+                registry.record_event(
+                    active.overlay_id,
+                    evidence=evidence,
+                    actor=command.actor,
+                    reason=command.reason,
+                )
 
     def _retire_active(
         self, target: str, evidence: dict[str, object], *, actor: str, reason: str
