@@ -28,6 +28,9 @@ ITERATIONS=${ITERATIONS:-10}  # optimizer steps per sampled group: 20 steps = 2 
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
 INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-1024}
+# the engineer's sampling temperature (held-out proposals and GRPO groups): after 3 epochs of
+# SFT, 1.0 gave 0/8 parseable proposals (7 with invalid JSON); see BENCHMARKS.md
+TEMPERATURE=${TEMPERATURE:-1.0}
 SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
 SFT_LR=${SFT_LR:-4e-4}
 TARGET="--max-steps 6 --history-turns 3"
@@ -57,7 +60,7 @@ heldout() {  # name, then extra options
   [ -s "$R/heldout-$name.json" ] && return 0
   t $HR engineer evaluate "$R/dbbench-dev.jsonl" --env dbbench --split dev -k "$K" \
     --batch-size 4 $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
-    --prefix-cache --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
+    --prefix-cache --temperature "$TEMPERATURE" --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
 }
 heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
 
@@ -65,7 +68,8 @@ heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught t
   --adapter "$SFT" --out "$R/artifacts" \
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$GRPO_K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
-  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 --prefix-cache 2>&1 \
+  --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 --prefix-cache \
+  --temperature "$TEMPERATURE" 2>&1 \
   | tee "$R/grpo.log"
 GRPO="$R/artifacts/engineer/v0002"
 

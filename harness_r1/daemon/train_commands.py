@@ -125,6 +125,9 @@ def grpo(
     prefix_cache: Annotated[
         bool, typer.Option(help="Online: the canary's target reuses prompt-prefix KV.")
     ] = False,
+    temperature: Annotated[
+        float, typer.Option(help="Online: the engineer's sampling temperature.")
+    ] = 1.0,
 ) -> None:
     """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
     (--replay), or online on cold-start packets (--packets)."""
@@ -168,6 +171,7 @@ def grpo(
             invalid_reward,
             micro_batch,
             prefix_cache,
+            temperature,
         )
     typer.echo(f"published {result.version_dir}")
 
@@ -187,6 +191,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     invalid_reward: float,
     micro_batch: int | None,
     prefix_cache: bool = False,
+    temperature: float = 1.0,
 ):
     from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
@@ -232,6 +237,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
         learning_rate=learning_rate,
         invalid_reward=invalid_reward,
         micro_batch=micro_batch,
+        temperature=temperature,
     )
     return train_grpo_online(
         canary_rows(found),
