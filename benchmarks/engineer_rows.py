@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/engineer_rows.py runs/engineer
 
 Reads what `benchmarks/engineer_cpu_run.sh` wrote: the two eval runs, coldstart/stats.json,
-the published versions' metadata.json and heldout-{base,sft,grpo}.json. Prints markdown only;
+the published versions' metadata.json and heldout-*.json (base, sft, grpo and variants such
+as heldout-sft-t0.3.json). Prints markdown only;
 nothing is computed here that the files do not hold.
 """
 
@@ -68,18 +69,22 @@ def training_rows(root: Path) -> list[str]:
 
 def heldout_rows(root: Path) -> list[str]:
     out = [
-        "| engineer | proposals | valid | valid fraction | evaluated | mean delta "
+        "| engineer | temperature | proposals | valid | valid fraction | evaluated | mean delta "
         "| mean reward | improved | gen tokens/s | rejected |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name in ("base", "sft", "grpo"):
-        path = root / f"heldout-{name}.json"
-        if not path.is_file():
-            continue
+    stages = {"base": 0, "sft": 1, "grpo": 2}  # in training order, then any variant by name
+    paths = sorted(
+        (p for p in root.glob("heldout-*.json") if not p.name.endswith(".partial.json")),
+        key=lambda p: (stages.get(p.stem.split("-")[1], 3), p.stem),
+    )
+    for path in paths:
+        name = path.stem.removeprefix("heldout-")
         s = _json(path)["summary"]
         rejected = ", ".join(f"{k} {v}" for k, v in s["rejected"].items()) or "none"
         out.append(
-            f"| {name} ({s['engineer']}) | {s['proposals']} | {s['valid']} "
+            f"| {name} ({s['engineer']}) | {_fmt(s.get('temperature'), '.1f')} "
+            f"| {s['proposals']} | {s['valid']} "
             f"| {_fmt(s['valid_fraction'], '.2f')} | {s['evaluated']} | {_fmt(s['mean_delta'])} "
             f"| {_fmt(s['mean_reward'])} | {_fmt(s['improved_fraction'], '.2f')} "
             f"| {_fmt(s['tokens_per_second'], '.1f')} | {rejected} |"
