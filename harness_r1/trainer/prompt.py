@@ -362,11 +362,14 @@ def _rules_section(limits: StaticLimits) -> list[str]:
 
 
 def _format_section() -> list[str]:
-    names = "|".join(str(h) for h in HookName)
+    # the hook names as separate choices: written as one "a|b|c" string, a small engineer
+    # copied the whole string as a hook name (session 4's held-out run)
+    names = ", ".join(f'"{h}"' for h in HookName)
     return [
         "## Answer format",
         'Think briefly, then one patch: <think>...</think><patch>{"description": str, '
-        f'"hooks": [{{"hook": "{names}", "code": str}}]}}</patch>',
+        '"hooks": [{"hook": name, "code": str}]}</patch>',
+        f"name is one of {names}.",
         "The patch is JSON: escape newlines in code as \\n. Each hook name at most once.",
     ]
 
