@@ -45,6 +45,7 @@ class DemoOptions:
     guard_tasks: int = 8
     timeout_s: float = 1800.0
     guard_wait_s: float = 120.0  # how long phase 2's live guard gets to decide
+    release_wait_s: float = 180.0  # how long the cohort gets to apply the release
 
 
 @dataclass(frozen=True)
@@ -244,11 +245,24 @@ def _run_demo(
             overlay, final = None, None
             if overlays:
                 overlay = overlays[0].overlay_id
-                _wait(lambda: all(a.client.state.release_hwm >= 1 for a in fleet), 60, lambda: None)
-                on = [
-                    a.client.config.agent_id for a in fleet if a.client.active_overlay_id == overlay
-                ]
-                console.print(f"[bold]release[/bold] {overlay} to a canary cohort: {on}")
+                # wait until the cohort runs it (not merely until every client saw a release:
+                # a 60 s wait on that once ran phase 2 entirely on base on a loaded machine)
+                started = time.monotonic()
+                applied = _wait(
+                    lambda: any(_runs(a, overlay) for a in fleet),
+                    options.release_wait_s,
+                    lambda: None,
+                )
+                on = [a.client.config.agent_id for a in fleet if _runs(a, overlay)]
+                waited = time.monotonic() - started
+                console.print(
+                    f"[bold]release[/bold] {overlay} to a canary cohort: {on} ({waited:.0f} s)"
+                )
+                if not applied:
+                    console.print(
+                        f"[red]no agent applied {overlay} within {options.release_wait_s:.0f} s"
+                        "[/red]"
+                    )
                 after = play("phase 2: the fleet, cohort on the new overlay")
                 _wait(
                     lambda: built.daemon.loop.registry.get(overlay).state.value != "canary",
