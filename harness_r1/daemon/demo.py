@@ -248,7 +248,7 @@ def _run_demo(
                 # wait until the cohort runs it (not merely until every client saw a release:
                 # a 60 s wait on that once ran phase 2 entirely on base on a loaded machine)
                 started = time.monotonic()
-                applied = _wait(
+                _wait(
                     lambda: any(_runs(a, overlay) for a in fleet),
                     options.release_wait_s,
                     lambda: None,
@@ -258,7 +258,7 @@ def _run_demo(
                 console.print(
                     f"[bold]release[/bold] {overlay} to a canary cohort: {on} ({waited:.0f} s)"
                 )
-                if not applied:
+                if not on:
                     console.print(
                         f"[red]no agent applied {overlay} within {options.release_wait_s:.0f} s"
                         "[/red]"

@@ -231,9 +231,7 @@ class ImprovementLoop:
             gated = self._canary(batch, packet, trajectories, proposals)
             _refuse_infra_errors(gated)
             rewards = self._rewards(batch.batch_id, gated)
-            overlay_id, winner = self._promote(
-                batch.batch_id, packet, proposals, gated, trajectories
-            )
+            overlay_id, winner = self._promote(batch.batch_id, packet, proposals, gated)
             self._store_results(
                 batch, packet, samples, proposals, gated, rewards, winner, overlay_id, proposer.name
             )
@@ -290,7 +288,6 @@ class ImprovementLoop:
         packet: FailurePacket,
         proposals: Sequence[Proposal],
         gated: GatedReport,
-        trajectories: Sequence[Trajectory],
     ) -> tuple[str | None, str | None]:
         """Register the best candidate the gate promotes, and release it to a canary cohort
         that holds at least one known agent and leaves at least one out (on a small fleet the
@@ -331,8 +328,7 @@ class ImprovementLoop:
             # arm. The overlay stays a candidate; an operator (or a later batch) releases it.
             log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
             return record.overlay_id, cid
-        # the fleet as far as the store knows it (the batch's agents are in it)
-        agents = set(self.store.agent_ids()) | {t.agent_id for t in trajectories}
+        agents = self.store.agent_ids()  # the fleet as far as the store knows it (batch included)
         self.publisher.release(
             record.overlay_id,
             fraction=fraction_reaching_one(agents, record.overlay_id, self.config.rollout_fraction),

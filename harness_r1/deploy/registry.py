@@ -428,8 +428,7 @@ class OverlayRegistry(SqlDatabase):
             row.state = str(target_state)
             row.updated_at = now
             if evidence:
-                merged = _load_evidence(row.evidence_json) | dict(evidence)
-                row.evidence_json = _dump_evidence(merged)
+                _merge_evidence(row, evidence)
             session.add(
                 _event_row(
                     overlay_id,
@@ -503,9 +502,7 @@ class OverlayRegistry(SqlDatabase):
             overlay = self._row(session, overlay_id, lock=True)
             current = OverlayState(overlay.state)
             if merge_evidence and evidence:
-                overlay.evidence_json = _dump_evidence(
-                    _load_evidence(overlay.evidence_json) | dict(evidence)
-                )
+                _merge_evidence(overlay, evidence)
                 overlay.updated_at = now
             row = _event_row(
                 overlay_id, current, current, actor=actor, reason=reason, at=now, evidence=evidence
@@ -594,3 +591,8 @@ def render_record(
         "patch": record.patch.model_dump(mode="json"),
         "events": [_event_view(ev) for ev in events or []],
     }
+
+
+def _merge_evidence(row: _OverlayRow, evidence: Mapping[str, Any]) -> None:
+    """Shallow-merge `evidence` into the overlay's own (later keys win)."""
+    row.evidence_json = _dump_evidence(_load_evidence(row.evidence_json) | dict(evidence))
