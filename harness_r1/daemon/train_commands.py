@@ -34,9 +34,16 @@ def coldstart(
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here across runs.")
     ] = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="The canary's target reuses prompt-prefix KV.")
+    ] = False,
+    max_templates: Annotated[
+        int, typer.Option(help="Templates per teacher patch (1-3; 1 = shortest completions).")
+    ] = 3,
 ) -> None:
     """Teacher proposals kept only when executable and non-regressive on the frozen target."""
     from harness_r1.trainer.coldstart import coldstart_command
+    from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
 
     settings = _settings()
     stats = coldstart_command(
@@ -54,6 +61,8 @@ def coldstart(
         max_new_tokens=max_new_tokens,
         baseline_cache=baseline_cache,
         cache_dir=settings.cache,
+        prefix_cache=prefix_cache,
+        teacher=TemplateTeacher(TeacherConfig(max_templates=max_templates)),
     )
     typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
 

@@ -694,6 +694,7 @@ def coldstart_command(
     cache_dir: Path | None = None,
     baseline_cache: Path | None = None,
     sandbox: SandboxConfig | None = None,
+    prefix_cache: bool = False,
     on_packet: Callable[[PacketStats], None] | None = None,
 ) -> ColdStartStats:
     """`harness-r1 train coldstart`: packets from training-split runs (`runs`: trajectories
@@ -702,7 +703,9 @@ def coldstart_command(
     PolicySpec is built here and a Policy object is used as given) with the patches in the
     isolated worker. `limit_packets` caps the packets used; `batch_size` is the trajectories per
     packet; `baseline_cache` keeps baselines on disk across runs; `cache_dir` holds converted
-    embedded checkpoints. Writes the dataset into `out_dir` (see `build_coldstart`)."""
+    embedded checkpoints; `prefix_cache` has the built target reuse prompt-prefix KV (faster
+    canaries on CPU, same greedy tokens: BENCHMARKS.md). Writes the dataset into `out_dir`
+    (see `build_coldstart`)."""
     source_config = SourceConfig(
         batch_size=batch_size, scope=scope, packet=packet_config or PacketConfig()
     )
@@ -712,6 +715,7 @@ def coldstart_command(
             max_batch=lockstep,
             sampling=SamplingConfig(max_new_tokens=max_new_tokens),
             cache_dir=cache_dir,
+            prefix_cache=prefix_cache,
         )
         target: Policy = build_policy(spec)
     else:

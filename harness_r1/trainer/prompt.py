@@ -16,7 +16,6 @@ same packet and examples give the same messages, byte for byte.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -50,6 +49,7 @@ from harness_r1.sandbox.hooklib import (
     MATH_EXPORTS,
     RE_EXPORTS,
 )
+from harness_r1.sandbox.parse import dump_patch_json
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits
 
@@ -150,7 +150,7 @@ def patch_json(patch: Patch) -> str:
         "description": patch.description,
         "hooks": [{"hook": str(h.hook), "code": h.code} for h in patch.hooks],
     }
-    return json.dumps(body, ensure_ascii=False)
+    return dump_patch_json(body)
 
 
 def render_completion(patch: Patch, think: str = "") -> str:
@@ -370,7 +370,8 @@ def _format_section() -> list[str]:
         'Think briefly, then one patch: <think>...</think><patch>{"description": str, '
         '"hooks": [{"hook": name, "code": str}]}</patch>',
         f"name is one of {names}.",
-        "The patch is JSON: escape newlines in code as \\n. Each hook name at most once.",
+        "The patch is JSON; code strings keep their newlines as written, other escapes as in "
+        "JSON. Each hook name at most once.",
     ]
 
 

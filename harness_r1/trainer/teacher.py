@@ -29,13 +29,13 @@ How the template teacher decides (deterministic for the packet's bytes, k and se
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from harness_r1.contracts import FailurePacket, HookCode, HookName, Patch
+from harness_r1.sandbox.parse import dump_patch_json
 from harness_r1.sandbox.static import StaticLimits, check_patch
 from harness_r1.trainer.templates import TEMPLATES, templates_for
 from harness_r1.trainer.templates.base import (
@@ -170,7 +170,7 @@ def format_output(think: str, patch: Patch) -> str:
         "description": patch.description,
         "hooks": [{"hook": str(h.hook), "code": h.code} for h in patch.hooks],
     }
-    return f"<think>{think}</think><patch>{json.dumps(body, ensure_ascii=False)}</patch>"
+    return f"<think>{think}</think><patch>{dump_patch_json(body)}</patch>"
 
 
 def library_table() -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from harness_r1.sandbox.parse import (
     MAX_INPUT_CHARS,
     ParseCode,
     ParseResult,
+    dump_patch_json,
     parse_engineer_output,
 )
 
@@ -66,6 +67,12 @@ def test_canonical_output() -> None:
         ("bare_json", PATCH_JSON, "bare JSON"),
         ("bare_after_think", f"<think>x</think>\n{PATCH_JSON}\n", "bare JSON"),
         ("bare_fenced", f"<think>x</think>Patch:\n```json\n{PATCH_JSON}\n```\nDone.", "bare JSON"),
+        # the code written as it reads: raw newlines in the JSON string instead of \\n
+        (
+            "raw_newlines",
+            "<think>x</think><patch>" + PATCH_JSON.replace("\\n", "\n") + "</patch>",
+            None,
+        ),
     ],
 )
 def test_tolerated_drift(name: str, text: str, note: str | None) -> None:
@@ -292,3 +299,16 @@ def test_never_raises_on_mutated_valid_output() -> None:
                 chars.insert(position, rng.choice(FRAGMENTS))
         result = parse_engineer_output("".join(chars), "alfworld")
         assert (result.patch is None) == (result.code is not None)
+
+
+def test_dump_patch_json_writes_raw_newlines_and_reads_back_exactly() -> None:
+    code = 'def hook(ctx, state):\n    return re.sub(r"\\n\\s", "\\t", "a\\\\nb")\n'
+    body = {"description": "d", "hooks": [{"hook": "pre_action", "code": code}]}
+    text = dump_patch_json(body)
+    assert "\n    return" in text  # newlines as written
+    assert "\\\\n\\\\s" in text  # the regex's escaped backslashes stay escaped
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # not strict JSON: the point of the tolerant decoder
+    assert json.loads(text, strict=False) == body
+    patch = ok(parse_engineer_output(f"<think>t</think><patch>{text}</patch>", "alfworld"))
+    assert patch.code_for(HookName.PRE_ACTION) == code

@@ -413,3 +413,31 @@ def test_lookup_and_commit_templates_drive_a_real_episode_without_a_model() -> N
     ]
     assert any(h == "pre_action" and text.startswith("sql: SELECT `") for h, text in forced)
     assert any(h == "post_feedback" and text.startswith("answer: [") for h, text in forced)
+
+
+def test_prefer_single_quotes_changes_quotes_only_where_meaning_is_kept() -> None:
+    from harness_r1.trainer.templates.base import prefer_single_quotes
+
+    code = (
+        'def hook(ctx, state):\n    """Doc."""\n'
+        '    x = "a" + "it\'s" + f"{ctx}" + r"\\s+"\n    return {"effect": "veto", "text": x}\n'
+    )
+    out = prefer_single_quotes(code)
+    assert out == (
+        "def hook(ctx, state):\n    '''Doc.'''\n"
+        "    x = 'a' + \"it's\" + f\"{ctx}\" + r'\\s+'\n    return {'effect': 'veto', 'text': x}\n"
+    )
+    assert prefer_single_quotes("def broken(:\n") == "def broken(:\n"  # kept as given
+
+
+def test_template_code_has_fewer_double_quotes_than_json_escapes_need() -> None:
+    """Rendered template code is single-quoted wherever it can be: what is left holds a '."""
+    import ast
+
+    for template in TEMPLATES.values():
+        code = template.render({}, RenderContext(env=min(template.envs, default="dbbench")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                segment = ast.get_source_segment(code, node) or ""
+                if segment.lstrip("rRbBuU").startswith('"'):
+                    assert "'" in node.value, (template.name, segment)

@@ -13,10 +13,13 @@ task (the packet's ids are masked for the same reason).
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import math
 import random
 import re
+import tokenize
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -341,7 +344,7 @@ class Template:
         source = self.build(self.check_params(params), context).replace("@@fn@@", function)
         if "@@" in source:
             raise ValueError(f"{self.name}: unfilled placeholder in the rendered source")
-        return source.strip() + "\n"
+        return prefer_single_quotes(source.strip() + "\n")
 
 
 # -- rendering helpers --------------------------------------------------------------------------
@@ -360,6 +363,46 @@ def lit(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot render {type(value).__name__} as a literal")
+
+
+def _requote(token: str) -> str:
+    """A double-quoted (non-f) string literal in single quotes, or unchanged when it holds a
+    single quote or is not such a literal."""
+    prefix = token[: len(token) - len(token.lstrip("rRbBuU"))]
+    body = token[len(prefix) :]
+    if "f" in prefix.lower() or "'" in body:
+        return token
+    for quote in ('"""', '"'):
+        if body.startswith(quote) and body.endswith(quote) and len(body) >= 2 * len(quote):
+            inner = body[len(quote) : -len(quote)]
+            single = quote.replace('"', "'")
+            return prefix + single + inner + single
+    return token
+
+
+def prefer_single_quotes(code: str) -> str:
+    """The code with its string literals in single quotes where that changes nothing.
+
+    Why: the engineer writes code inside a JSON string, where every `"` costs an escape (`\\"`);
+    a 135M engineer copies the teacher's code and garbles those escapes. The result is checked
+    to parse to the same syntax tree; if not (or the code does not tokenize) the code is kept.
+    """
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+        requoted = tokenize.untokenize(
+            (
+                t.type,
+                _requote(t.string) if t.type == tokenize.STRING else t.string,
+                t.start,
+                t.end,
+                t.line,
+            )
+            for t in tokens
+        )
+        same = ast.dump(ast.parse(requoted)) == ast.dump(ast.parse(code))
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        return code
+    return requoted if same else code
 
 
 def fill(code: str, **values: str) -> str:
