@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The CPU-scale engineer run (issue 4), sized for one 2-core session on DBBench:
 #   `standard` is the training split, `dev` is held out (no dev task is ever trained on).
-# 1. the frozen SmolLM2 target on both splits (its failures become packets of 4 episodes);
-# 2. the cold start: template-teacher proposals canaried on the target, kept when executable
-#    and non-regressive;
+# 1. the frozen SmolLM2 target on both splits (its failures become packets of BATCH episodes);
+# 2. the cold start: template-teacher proposals (one template each: the shortest completions,
+#    which a 135M engineer can learn to copy) canaried on the target, kept when executable and
+#    non-regressive;
 # 3. LoRA SFT on the kept rows;
 # 4. online GRPO (dapo loss, K completions per packet, rewards = canary deltas on the packet's
 #    own tasks and seeds), starting from the SFT adapter;
@@ -14,25 +15,29 @@
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 R=${R:-runs/engineer}
-TRAIN_TASKS=${TRAIN_TASKS:-16}  # all fail: exactly the 4 packets of 4 the cold start uses
+TRAIN_TASKS=${TRAIN_TASKS:-16}  # all fail: exactly the 8 packets of 2 the cold start uses
 HELDOUT_TASKS=${HELDOUT_TASKS:-8}
-PACKETS=${PACKETS:-4}
-K=${K:-4}
+BATCH=${BATCH:-2}  # episodes per packet: each canary re-runs them, ~25 s an episode here
+PACKETS=${PACKETS:-8}
+COLDSTART_K=${COLDSTART_K:-3}  # teacher proposals per packet: 24 rows
+MAX_TEMPLATES=${MAX_TEMPLATES:-1}  # per teacher patch: ~230-570 completion tokens
+HELDOUT_PACKETS=${HELDOUT_PACKETS:-2}
+K=${K:-4}  # held-out proposals per packet
 GRPO_STEPS=${GRPO_STEPS:-20}
 # completions per GRPO group: one optimizer step is GRPO_K forward+backward passes of a
-# ~3.5k-token row (~50 s each on 2 cores), so K=2 keeps 20 steps near half an hour
+# ~2.6k-token row (~35 s each on 2 cores), so K=2 keeps 20 steps near 25 minutes
 GRPO_K=${GRPO_K:-2}
-ITERATIONS=${ITERATIONS:-10}  # optimizer steps per sampled group: 20 steps = 2 sampling rounds
+ITERATIONS=${ITERATIONS:-5}  # optimizer steps per sampled group: 20 steps = 4 sampled groups
 # The frozen 135M target almost never succeeds on DBBench, so most valid patches score a delta
 # of 0, the same as an invalid one at the default reward 0: every group would have zero
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
 INVALID_REWARD=${INVALID_REWARD:--0.25}
-TOKENS=${TOKENS:-1024}
+TOKENS=${TOKENS:-768}
 # the engineer's sampling temperature (held-out proposals and GRPO groups): after 3 epochs of
 # SFT, 1.0 gave 0/8 parseable proposals (7 with invalid JSON); see BENCHMARKS.md
 TEMPERATURE=${TEMPERATURE:-1.0}
 SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
-SFT_LR=${SFT_LR:-4e-4}
+SFT_LR=${SFT_LR:-5e-4}
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
 t() { /usr/bin/time -f "%e s wall" "$@"; }
@@ -43,11 +48,12 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
   --limit "$HELDOUT_TASKS" $TARGET --max-new-tokens 64 --lockstep 8 --out "$R/dbbench-dev.jsonl"
 
 [ -s "$R/coldstart/stats.json" ] || t $HR train coldstart "$R/dbbench-standard.jsonl" \
-  --env dbbench --split standard --out "$R/coldstart" -k "$K" --limit-packets "$PACKETS" \
-  --batch-size 4 $TARGET --max-new-tokens 64 --baseline-cache "$R/baselines" 2>&1 \
+  --env dbbench --split standard --out "$R/coldstart" -k "$COLDSTART_K" \
+  --limit-packets "$PACKETS" --max-templates "$MAX_TEMPLATES" --prefix-cache \
+  --batch-size "$BATCH" $TARGET --max-new-tokens 64 --baseline-cache "$R/baselines" 2>&1 \
   | tee "$R/coldstart.log"
 
-# rows are ~2.5k prompt tokens + 360..1,510 completion tokens: --max-length 4608 keeps them all
+# rows are ~2k prompt tokens + 230..570 completion tokens: --max-length 4608 keeps them all
 # batch size 1: a padded batch of such rows makes CPU attention keep seq x seq scores for
 # backward (batch 2 was killed for memory at 24 GiB); one row at a time uses the fused kernel
 [ -d "$R/artifacts/engineer/v0001" ] || t $HR train sft "$R/coldstart/dataset.jsonl" --out "$R/artifacts" \
@@ -59,7 +65,7 @@ heldout() {  # name, then extra options
   local name=$1; shift
   [ -s "$R/heldout-$name.json" ] && return 0
   t $HR engineer evaluate "$R/dbbench-dev.jsonl" --env dbbench --split dev -k "$K" \
-    --batch-size 4 $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
+    --batch-size "$BATCH" --limit-packets "$HELDOUT_PACKETS" $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
     --prefix-cache --temperature "$TEMPERATURE" --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
 }
 heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
