@@ -106,6 +106,8 @@ def run_engineer_eval(
         if callable(close):
             close()
     _write(request.out, report)
+    if request.out is not None:  # the whole report is written: the progress copy has served
+        request.out.with_suffix(".partial.json").unlink(missing_ok=True)
     return report
 
 
