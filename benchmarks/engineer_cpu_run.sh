@@ -27,15 +27,16 @@ GRPO_STEPS=${GRPO_STEPS:-20}
 # completions per GRPO group: one optimizer step is GRPO_K forward+backward passes of a
 # ~2.6k-token row (~35 s each on 2 cores), so K=2 keeps 20 steps near 25 minutes
 GRPO_K=${GRPO_K:-2}
-ITERATIONS=${ITERATIONS:-5}  # optimizer steps per sampled group: 20 steps = 4 sampled groups
+ITERATIONS=${ITERATIONS:-4}  # optimizer steps per sampled group: 20 steps = 5 sampled groups
 # The frozen 135M target almost never succeeds on DBBench, so most valid patches score a delta
 # of 0, the same as an invalid one at the default reward 0: every group would have zero
 # advantage. -0.25 for a patch that does not parse or check makes validity learnable too.
 INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-768}
 # the engineer's sampling temperature (held-out proposals and GRPO groups): after 3 epochs of
-# SFT, 1.0 gave 0/8 parseable proposals (7 with invalid JSON); see BENCHMARKS.md
-TEMPERATURE=${TEMPERATURE:-1.0}
+# SFT, 1.0 gave 0/8 valid proposals (the think text rambles off), 0.5 gave 1/8 (session 5);
+# a GRPO group whose samples are all invalid has zero advantage, so validity gates learning
+TEMPERATURE=${TEMPERATURE:-0.5}
 SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
 SFT_LR=${SFT_LR:-5e-4}
 TARGET="--max-steps 6 --history-turns 3"

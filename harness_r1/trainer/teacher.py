@@ -22,8 +22,9 @@ How the template teacher decides (deterministic for the packet's bytes, k and se
    when all of them are composable (no helpers, at most three); otherwise the later, lower
    scoring one is not taken. Every patch is checked with the sandbox's static checks before it
    is returned; a combination that fails them is never proposed.
-5. The think text names the packet's strongest signals and, per template, the signal that
-   chose it; the patch description lists the templates with their parameters.
+5. The think text names the packet's strongest signals and, per template, its hook and
+   purpose (terse: see `_think`); the patch description lists the templates with their
+   parameters.
 """
 
 from __future__ import annotations
@@ -381,7 +382,7 @@ class TemplateTeacher:
 
 def _description(choices: Sequence[TemplateChoice]) -> str:
     names = ", ".join(c.name for c in choices)
-    parts = [f"{c.label()}: {c.template.purpose}." for c in choices]
+    parts = [f"{c.label()}." for c in choices]  # the purposes are in the think text
     return f"templates: {names}. " + " ".join(parts)
 
 
@@ -401,31 +402,13 @@ def _phrase(feature: str, features: Features) -> str:
     return forms[0 if count == 1 else 1].replace("{n}", str(count))
 
 
-def _reason(feature: str, features: Features) -> str:
-    if feature not in PHRASES or features.counts.get(feature, 0) == 0:
-        return f"as a general safeguard for {features.env} tasks"
-    return f"because the packet shows {_phrase(feature, features)}"
-
-
 def _think(features: Features, choices: Sequence[TemplateChoice]) -> str:
+    """Terse on purpose: the signals, then one clause per template. A 135M engineer trained on
+    longer, packet-specific prose (task types, reasons, parameters) rambled on in its think
+    block at sampling time and never reached the patch (session 5's held-out samples)."""
     strong = [f for f in SUMMARY_SIGNALS if features.counts.get(f, 0) > 0 and features[f] > 0]
     strong.sort(key=lambda f: -features[f])
-    types = ", ".join(features.task_types[:4]) or "unknown types"
     signals = ", ".join(_phrase(f, features) for f in strong[:4]) or "no strong runtime signal"
-    sentences = [
-        f"The packet has {features.episodes} failed {features.env} episode(s) ({types}) "
-        f"with {signals}."
-    ]
-    for choice in choices:
-        template = choice.template
-        parts = template.contributions(features)
-        top = max(sorted(parts), key=lambda f: parts[f]) if parts else "always"
-        sentences.append(
-            f"{choice.name} on {template.hook} is meant to {template.purpose}, "
-            f"{_reason(top, features)}."
-        )
-    tuned = next((c for c in choices if c.params), None)
-    if tuned is not None and len(sentences) < 5:
-        values = ", ".join(f"{k}={v}" for k, v in tuned.params)
-        sentences.append(f"Parameters of {tuned.name}: {values}.")
+    sentences = [f"Signals: {signals}."]
+    sentences += [f"{c.name} on {c.template.hook}: {c.template.purpose}." for c in choices]
     return " ".join(sentences)
