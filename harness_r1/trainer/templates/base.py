@@ -432,7 +432,7 @@ def compose(hook: HookName, sources: Sequence[str]) -> str:
             f"for note in [{', '.join(f'{n}(ctx, state)' for n in names)}]:",
             "    if isinstance(note, str) and note:",
             "        notes.append(note)",
-            'return " ".join(notes) if notes else None',
+            "return ' '.join(notes) if notes else None",  # single quotes: see prefer_single_quotes
         ]
     elif hook in (HookName.PRE_ACTION, HookName.POST_FEEDBACK):
         body = []
