@@ -39,6 +39,7 @@ TOKENS=${TOKENS:-768}
 TEMPERATURE=${TEMPERATURE:-0.5}
 SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
 SFT_LR=${SFT_LR:-5e-4}
+GRPO_EXTRA=${GRPO_EXTRA:-}  # further `train grpo` options, e.g. a reward variant to compare
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
 t() { /usr/bin/time -f "%e s wall" "$@"; }
@@ -76,7 +77,7 @@ heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught t
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$GRPO_K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
   --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 --prefix-cache \
-  --temperature "$TEMPERATURE" 2>&1 \
+  --temperature "$TEMPERATURE" $GRPO_EXTRA 2>&1 \
   | tee "$R/grpo.log"
 GRPO="$R/artifacts/engineer/v0002"
 
