@@ -137,6 +137,13 @@ def grpo(
     temperature: Annotated[
         float, typer.Option(help="Online: the engineer's sampling temperature.")
     ] = 1.0,
+    graded_invalid: Annotated[
+        bool,
+        typer.Option(
+            help="Online: grade the invalid reward by how far a patch got, and charge hook "
+            "faults a little (trainer.shaping); off = the paper's flat reward."
+        ),
+    ] = False,
 ) -> None:
     """GRPO (dapo loss, clipped ratio, beta 0): on groups the daemon already evaluated
     (--replay), or online on cold-start packets (--packets)."""
@@ -181,6 +188,7 @@ def grpo(
             micro_batch,
             prefix_cache,
             temperature,
+            graded_invalid,
         )
     typer.echo(f"published {result.version_dir}")
 
@@ -201,6 +209,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     micro_batch: int | None,
     prefix_cache: bool = False,
     temperature: float = 1.0,
+    graded_invalid: bool = False,
 ):
     from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
@@ -250,7 +259,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     )
     return train_grpo_online(
         canary_rows(found),
-        CanaryReward(resolver, invalid_reward=invalid_reward),
+        CanaryReward(resolver, invalid_reward=invalid_reward, graded=graded_invalid),
         settings=grpo_settings,
         adapter=adapter,
         cache_dir=settings.cache,

@@ -66,6 +66,7 @@ from harness_r1.trainer.sft import (
     save_adapter,
     select_run_dir,
 )
+from harness_r1.trainer.shaping import InvalidRewardShape
 
 log = structlog.get_logger(__name__)
 
@@ -264,6 +265,8 @@ class CanaryReward:
     together, in one `evaluate` call on its batch (one shared baseline). Result per candidate:
     `evaluated` -> its delta (`metric`: "delta_success", the paper's reward, or
     "delta_mean_reward"); `invalid` (the runner's validator refused it) -> `invalid_reward`;
+    with `graded`, invalid rewards are graded by stage and hook faults cost a little
+    (`trainer.shaping`);
     `infra_error`, or an exception from the runner -> None (TRL skips it). `counts` keeps the
     tallies; `rewards` every reward returned.
     """
@@ -277,11 +280,13 @@ class CanaryReward:
         invalid_reward: float = 0.0,
         metric: str = "delta_success",
         limits: StaticLimits | None = None,
+        graded: bool = False,
     ) -> None:
         if metric not in ("delta_success", "delta_mean_reward"):
             raise ValueError("metric must be delta_success or delta_mean_reward")
         self.resolver = resolver
         self.invalid_reward = float(invalid_reward)
+        self.shape = InvalidRewardShape(self.invalid_reward, graded=graded)
         self.metric = metric
         self.limits = limits
         self.counts: Counter[str] = Counter()
@@ -310,7 +315,7 @@ class CanaryReward:
             sample = EngineerSample(text=completion_text(completion))
             proposal = classify(sample, str(env), i, self.limits)
             if not proposal.valid or proposal.patch is None:
-                rewards[i] = self.invalid_reward
+                rewards[i] = self.shape.rejected(proposal.stage, proposal.reason)
                 self.counts[f"invalid:{proposal.stage}"] += 1
                 invalid += 1
                 continue
@@ -338,10 +343,11 @@ class CanaryReward:
                 if result is None or status == "infra_error":
                     continue
                 if status == "invalid":
-                    rewards[i] = self.invalid_reward
+                    rewards[i] = self.shape.rejected("runner", result.invalid_reason)
                     continue
                 value = getattr(result, self.metric)
-                rewards[i] = None if value is None else float(value)
+                if value is not None:
+                    rewards[i] = self.shape.evaluated(float(value), result.sandbox_events)
         self.rewards.extend(rewards)
         log_metric = kw.get("log_metric")
         if callable(log_metric) and n:

@@ -109,14 +109,17 @@ class RecordingRunner:
     """Test double of a CanaryRunner: records each evaluate call; answers `deltas` by candidate
     order, `None` meaning an infrastructure failure for that candidate."""
 
-    def __init__(self, deltas: Sequence[float | None]) -> None:
+    def __init__(
+        self, deltas: Sequence[float | None], events: Sequence[dict[str, int]] = ()
+    ) -> None:
         self.deltas = list(deltas)
+        self.events = list(events)
         self.calls: list[list[Candidate]] = []
 
     def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
         self.calls.append(list(candidates))
         results = []
-        for candidate, delta in zip(candidates, self.deltas, strict=False):
+        for i, (candidate, delta) in enumerate(zip(candidates, self.deltas, strict=False)):
             status = "infra_error" if delta is None else "evaluated"
             results.append(
                 CandidateResult(
@@ -124,6 +127,7 @@ class RecordingRunner:
                     patch_sha256=None,
                     status=status,
                     delta_success=delta,
+                    sandbox_events=self.events[i] if i < len(self.events) else {},
                     reward=delta,
                 )
             )
@@ -200,6 +204,32 @@ def test_an_invalid_patch_gets_the_configured_reward_without_running_anything() 
     )
     assert rewards == [-0.5, 0.25]
     assert len(runner.calls) == 1 and [c.candidate_id for c in runner.calls[0]] == ["c1"]
+
+
+def test_graded_invalid_reward_ranks_a_group_that_is_all_invalid_or_faulting() -> None:
+    """With graded=True a group with no valid patch still has unequal rewards (so GRPO gets an
+    advantage), and a patch whose hooks fault ranks below one that runs clean."""
+    runner = RecordingRunner([0.0, 0.0], events=[{"raised": 2}, {"restarts": 1}])
+    reward = CanaryReward(StaticResolver(runner), invalid_reward=-0.4, graded=True)
+    completions = [
+        "I would add a hint.",  # no patch block
+        '<patch>{"description": "x", "hooks": [</patch>',  # JSON does not decode
+        '<patch>{"description": "x", "hooks": [{"hook": "pre_action", "code": '
+        '"import os\ndef hook(ctx, state):\n    return None"}]}</patch>',  # static: an import
+        VALID_COMPLETION,  # evaluated, hooks raised
+        VALID_COMPLETION,  # evaluated, only a worker restart
+    ]
+    n = len(completions)
+    rewards = reward(["p"] * n, completions, packet_id=["p1"] * n, env=["alfworld"] * n)
+    assert rewards == pytest.approx([-0.4, -0.3, -0.1, -0.05, 0.0])
+    flat = CanaryReward(StaticResolver(RecordingRunner([0.0, 0.0])), invalid_reward=-0.4)
+    assert flat(["p"] * n, completions, packet_id=["p1"] * n, env=["alfworld"] * n) == [
+        -0.4,
+        -0.4,
+        -0.4,
+        0.0,
+        0.0,
+    ]
 
 
 def test_infrastructure_failures_give_no_reward() -> None:

@@ -1,0 +1,70 @@
+"""Graded rewards for patches that never reached a fair canary comparison.
+
+The paper's reward is the canary delta, and every patch that does not parse or check gets one
+flat `invalid_reward`. That is right for a strong engineer. A 135M engineer early in training
+writes mostly invalid patches, and a GRPO group whose samples are all invalid has every reward
+equal, so zero advantage and no gradient: validity itself cannot be learned from such groups.
+`InvalidRewardShape` grades the failure by how far the completion got through the sandbox's
+layers, so a group of a missing block and a bad JSON string still ranks its samples:
+
+  no patch block / too large        1.0   x invalid_reward
+  JSON does not decode              0.75
+  JSON is not a patch for this env  0.5
+  a static check refused it         0.25
+  the runner's validator refused it 0.25
+  evaluated, but its hooks faulted  delta + 0.125 x invalid_reward
+
+A hook that faults is skipped by the harness (fail-open), so a faulting patch usually scores
+the delta of no patch; the small fault term ranks a patch that runs cleanly above one that
+only survives because the harness ignores it. With `graded=False` every invalid patch gets
+`invalid_reward` and an evaluated patch its delta: the paper's reward, the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from harness_r1.sandbox.canary import WORKER_EVENTS
+
+# How much of `invalid_reward` each failure keeps (1.0: the whole penalty).
+PARSE_WEIGHTS: Mapping[str, float] = {
+    "too_large": 1.0,
+    "no_patch_block": 1.0,
+    "invalid_json": 0.75,
+    "invalid_patch": 0.5,
+    "env_mismatch": 0.5,
+}
+STATIC_WEIGHT = 0.25
+RUNNER_REFUSED_WEIGHT = 0.25
+FAULT_WEIGHT = 0.125
+
+
+@dataclass(frozen=True)
+class InvalidRewardShape:
+    """The reward of a patch by how far it got (see the module); flat unless `graded`."""
+
+    invalid_reward: float = 0.0
+    graded: bool = False
+
+    def rejected(self, stage: str | None, reason: str | None) -> float:
+        """A proposal refused before the canary ran: `stage` "parse" (with the ParseCode as
+        `reason`), "static", or "runner" (the runner's own validator)."""
+        if not self.graded:
+            return self.invalid_reward
+        if stage == "parse":
+            return self.invalid_reward * PARSE_WEIGHTS.get(str(reason), 1.0)
+        if stage == "static":
+            return self.invalid_reward * STATIC_WEIGHT
+        return self.invalid_reward * RUNNER_REFUSED_WEIGHT
+
+    def evaluated(self, delta: float, sandbox_events: Mapping[str, int]) -> float:
+        """An evaluated patch: its delta, less the fault term when graded and a hook faulted."""
+        if not self.graded or not hook_faulted(sandbox_events):
+            return delta
+        return delta + self.invalid_reward * FAULT_WEIGHT
+
+
+def hook_faulted(sandbox_events: Mapping[str, int]) -> bool:
+    """Whether any hook fault (not a worker restart or recycle) was counted."""
+    return any(n > 0 for key, n in sandbox_events.items() if key not in WORKER_EVENTS)
