@@ -50,6 +50,7 @@ from harness_r1.sandbox.gated import Evaluator, GatedReport, run_gated
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.grpo import ReplayGroup
 from harness_r1.trainer.propose import Proposal, classify
+from harness_r1.trainer.shaping import InvalidRewardShape
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +68,7 @@ class LoopConfig:
     rollout_fraction: float = 0.5
     release_target: str = "default"
     invalid_reward: float = 0.0
+    graded_invalid: bool = False  # trainer.shaping: grade invalid rewards, charge hook faults
     max_attempts: int = 3
     lease_s: float = 600.0
     gate: GateConfig = field(default_factory=GateConfig)
@@ -78,7 +80,7 @@ class LoopConfig:
 class BatchOutcome:
     batch_id: str
     packet_id: str
-    rewards: tuple[float, ...]
+    rewards: tuple[float | None, ...]
     verdicts: tuple[str, ...]
     overlay_id: str | None
 
@@ -230,7 +232,7 @@ class ImprovementLoop:
             proposals = [classify(s, packet.env, i) for i, s in enumerate(samples)]
             gated = self._canary(batch, packet, trajectories, proposals)
             _refuse_infra_errors(gated)
-            rewards = self._rewards(batch.batch_id, gated)
+            rewards = self._rewards(batch.batch_id, gated, proposals)
             overlay_id, winner = self._promote(batch.batch_id, packet, proposals, gated)
             self._store_results(
                 batch, packet, samples, proposals, gated, rewards, winner, overlay_id, proposer.name
@@ -271,12 +273,28 @@ class ImprovementLoop:
             self.canary_for(packet.env), canary_batch, guard_batch, candidates, self.config.gate
         )
 
-    def _rewards(self, batch_id: str, gated: GatedReport) -> tuple[float, ...]:
-        rewards = []
+    def _rewards(
+        self, batch_id: str, gated: GatedReport, proposals: Sequence[Proposal]
+    ) -> tuple[float | None, ...]:
+        """The GRPO reward of each candidate, as `train grpo` gives it (trainer.shaping): the
+        canary delta; a refused patch the invalid reward (graded by how far it got when
+        configured); an infrastructure failure None, never a reward."""
+        shape = InvalidRewardShape(self.config.invalid_reward, graded=self.config.graded_invalid)
+        refused = {_cid(batch_id, p.index): p for p in proposals if not p.valid}
+        rewards: list[float | None] = []
         for result in gated.report.candidates:
             evaluated = result.status == "evaluated" and result.delta_success is not None
-            reward = result.delta_success if evaluated else self.config.invalid_reward
-            rewards.append(float(reward or 0.0))
+            proposal = refused.get(result.candidate_id)
+            if evaluated:
+                rewards.append(
+                    shape.evaluated(float(result.delta_success or 0.0), result.sandbox_events)
+                )
+            elif result.status == "infra_error":
+                rewards.append(None)
+            elif proposal is not None:
+                rewards.append(shape.rejected(proposal.stage, proposal.reason))
+            else:
+                rewards.append(shape.rejected("runner", result.invalid_reason))
             result_label = "evaluated" if evaluated else result.status
             self.metrics.candidate(gated.report.env, result_label, result.delta_success)
             self.metrics.gate(gated.decisions[result.candidate_id].verdict)
@@ -348,7 +366,7 @@ class ImprovementLoop:
         samples: Sequence[EngineerSample],
         proposals: Sequence[Proposal],
         gated: GatedReport,
-        rewards: Sequence[float],
+        rewards: Sequence[float | None],
         winner: str | None,
         overlay_id: str | None,
         engineer: str,
@@ -487,7 +505,7 @@ def _group_prompt(
     group_id: str,
     packet: FailurePacket,
     samples: Sequence[EngineerSample],
-    rewards: Sequence[float],
+    rewards: Sequence[float | None],
     engineer: str,
 ) -> str:
     """The stored group: a replayable ReplayGroup (exact token ids) when the engineer reported

@@ -245,6 +245,17 @@ class LoopOptions(_Group):
     max_new_tokens: int = Field(
         default=96, ge=1, description="Frozen target: tokens generated per decision (canary)."
     )
+    invalid_reward: float = Field(
+        default=0.0,
+        le=0,
+        description="GRPO reward of a stored candidate that does not parse or check (the "
+        "paper's flat reward; a negative value makes validity itself learnable).",
+    )
+    graded_invalid: bool = Field(
+        default=False,
+        description="Grade invalid_reward by how far a candidate got and charge hook faults a "
+        "little (trainer.shaping), as `train grpo --graded-invalid` does.",
+    )
 
     @model_validator(mode="after")
     def _servers_named(self) -> Self:

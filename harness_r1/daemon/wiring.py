@@ -256,6 +256,8 @@ def build_daemon(
             guard_limit=loop_options.guard_limit,
             rollout_fraction=loop_options.rollout_fraction,
             release_target=loop_options.release_target,
+            invalid_reward=loop_options.invalid_reward,
+            graded_invalid=loop_options.graded_invalid,
             lease_s=loop_options.canary_lease_s,
             gate=GateConfig(
                 min_batch_tasks=loop_options.gate_min_batch,

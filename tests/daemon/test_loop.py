@@ -60,7 +60,7 @@ def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
     assert loop.flush() == 1
     outcome = loop.work_once("w1")
     assert outcome is not None
-    assert outcome.rewards[0] > 0, outcome  # the reference patch helps on this batch
+    assert outcome.rewards[0] is not None and outcome.rewards[0] > 0, outcome  # it helps here
     assert outcome.rewards[1:] == (0.0, 0.0)  # static rejection, unparseable: invalid -> 0
     assert outcome.verdicts[0] == "promote" and outcome.overlay_id is not None
     record = registry.get(outcome.overlay_id)
@@ -97,6 +97,23 @@ def test_template_teacher_batch_is_evaluated_and_stored(tmp_path: Path) -> None:
     assert outcome is not None and len(outcome.rewards) == 2
     assert store.count_canary_results() == 2
     assert all(v != "promote" for v in outcome.verdicts)  # no guard set: never promoted
+
+
+def test_graded_invalid_rewards_rank_the_refused_candidates(tmp_path: Path) -> None:
+    """With graded_invalid the stored group ranks a static rejection above unparseable text
+    (trainer.shaping), as `train grpo --graded-invalid` does; the evaluated patch keeps its
+    delta."""
+    loop, store, _, _ = build(
+        tmp_path, ReferenceEngineer(), guard_limit=0, invalid_reward=-0.4, graded_invalid=True
+    )
+    ingest(store, failed_trajectories(12))
+    assert loop.flush() == 1
+    outcome = loop.work_once("w1")
+    assert outcome is not None
+    assert outcome.rewards[0] is not None and outcome.rewards[0] > 0
+    assert outcome.rewards[1:] == pytest.approx((-0.1, -0.4))  # static, then no patch block
+    [group] = store.untrained_groups()
+    assert list(group.rewards) == list(outcome.rewards)
 
 
 def test_back_pressure_keeps_failures_buffered(tmp_path: Path) -> None:
