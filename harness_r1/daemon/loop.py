@@ -276,25 +276,24 @@ class ImprovementLoop:
     def _rewards(
         self, batch_id: str, gated: GatedReport, proposals: Sequence[Proposal]
     ) -> tuple[float | None, ...]:
-        """The GRPO reward of each candidate, as `train grpo` gives it (trainer.shaping): the
-        canary delta; a refused patch the invalid reward (graded by how far it got when
-        configured); an infrastructure failure None, never a reward."""
+        """The GRPO reward of each candidate, as `train grpo`'s CanaryReward gives it
+        (trainer.shaping): the canary delta; a refused patch the invalid reward (graded by how
+        far it got when configured). No delta is no reward (None); infrastructure errors never
+        get here (`_refuse_infra_errors` retries the batch first)."""
         shape = InvalidRewardShape(self.config.invalid_reward, graded=self.config.graded_invalid)
         refused = {_cid(batch_id, p.index): p for p in proposals if not p.valid}
         rewards: list[float | None] = []
         for result in gated.report.candidates:
             evaluated = result.status == "evaluated" and result.delta_success is not None
             proposal = refused.get(result.candidate_id)
-            if evaluated:
-                rewards.append(
-                    shape.evaluated(float(result.delta_success or 0.0), result.sandbox_events)
-                )
-            elif result.status == "infra_error":
-                rewards.append(None)
+            if result.status != "invalid":
+                delta = result.delta_success if evaluated else None
+                reward = None if delta is None else shape.evaluated(delta, result.sandbox_events)
             elif proposal is not None:
-                rewards.append(shape.rejected(proposal.stage, proposal.reason))
+                reward = shape.rejected(proposal.stage, proposal.reason)
             else:
-                rewards.append(shape.rejected("runner", result.invalid_reason))
+                reward = shape.rejected("runner", result.invalid_reason)
+            rewards.append(reward)
             result_label = "evaluated" if evaluated else result.status
             self.metrics.candidate(gated.report.env, result_label, result.delta_success)
             self.metrics.gate(gated.decisions[result.candidate_id].verdict)

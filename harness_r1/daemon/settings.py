@@ -258,6 +258,15 @@ class LoopOptions(_Group):
     )
 
     @model_validator(mode="after")
+    def _graded_needs_a_penalty(self) -> Self:
+        if self.graded_invalid and self.invalid_reward >= 0:
+            raise ValueError(
+                "graded_invalid grades invalid_reward: set a negative loop.invalid_reward "
+                "(HARNESS_R1_LOOP__INVALID_REWARD, e.g. -0.25)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _servers_named(self) -> Self:
         for role, choice in (
             ("engineer", self.engineer_backend),

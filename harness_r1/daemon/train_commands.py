@@ -126,7 +126,8 @@ def grpo(
     ] = 512,
     learning_rate: Annotated[float, typer.Option()] = 5e-5,
     invalid_reward: Annotated[
-        float, typer.Option(help="Online: reward of a patch that does not parse or check.")
+        float,
+        typer.Option(max=0.0, help="Online: reward of a patch that does not parse or check."),
     ] = 0.0,
     micro_batch: Annotated[
         int | None, typer.Option(help="Completions per forward/backward (1 for long rows on CPU).")

@@ -193,6 +193,34 @@ def kafka_settings(settings: Settings) -> KafkaSettings:
     )
 
 
+def loop_config(settings: Settings) -> LoopConfig:
+    """The improvement loop's plain config from the loop and guard settings."""
+    loop_options, guard_options = settings.loop, settings.guard
+    return LoopConfig(
+        batch_size=loop_options.batch_size,
+        batch_window_s=loop_options.batch_window_s,
+        k=loop_options.k,
+        max_pending_batches=loop_options.max_pending_batches,
+        guard_limit=loop_options.guard_limit,
+        rollout_fraction=loop_options.rollout_fraction,
+        release_target=loop_options.release_target,
+        invalid_reward=loop_options.invalid_reward,
+        graded_invalid=loop_options.graded_invalid,
+        lease_s=loop_options.canary_lease_s,
+        gate=GateConfig(
+            min_batch_tasks=loop_options.gate_min_batch,
+            min_guard_tasks=loop_options.gate_min_guard,
+            alpha=loop_options.gate_alpha,
+        ),
+        guard=GuardConfig(
+            min_episodes=guard_options.min_episodes,
+            max_episodes=guard_options.max_episodes,
+            promote_probability=guard_options.promote_probability,
+            rollback_probability=guard_options.rollback_probability,
+        ),
+    )
+
+
 def build_daemon(
     settings: Settings,
     *,
@@ -241,36 +269,13 @@ def build_daemon(
             ),
             DeployMetrics(registry),
         )
-    loop_options, guard_options = settings.loop, settings.guard
     loop = ImprovementLoop(
         store,
         overlays,
         proposer or build_proposer(settings),
         canary_for or CanaryRunners(settings, settings.data_root()),
         TaskIndex(settings.data_root()),
-        LoopConfig(
-            batch_size=loop_options.batch_size,
-            batch_window_s=loop_options.batch_window_s,
-            k=loop_options.k,
-            max_pending_batches=loop_options.max_pending_batches,
-            guard_limit=loop_options.guard_limit,
-            rollout_fraction=loop_options.rollout_fraction,
-            release_target=loop_options.release_target,
-            invalid_reward=loop_options.invalid_reward,
-            graded_invalid=loop_options.graded_invalid,
-            lease_s=loop_options.canary_lease_s,
-            gate=GateConfig(
-                min_batch_tasks=loop_options.gate_min_batch,
-                min_guard_tasks=loop_options.gate_min_guard,
-                alpha=loop_options.gate_alpha,
-            ),
-            guard=GuardConfig(
-                min_episodes=guard_options.min_episodes,
-                max_episodes=guard_options.max_episodes,
-                promote_probability=guard_options.promote_probability,
-                rollback_probability=guard_options.rollback_probability,
-            ),
-        ),
+        loop_config(settings),
         publisher,
         adapter,
         event,
@@ -291,7 +296,7 @@ def build_daemon(
         loop,
         DaemonConfig(
             key=key,
-            canary_workers=loop_options.canary_workers,
+            canary_workers=settings.loop.canary_workers,
             flush_interval_s=scheduler.flush_interval_s,
             guard_interval_s=scheduler.guard_interval_s,
             grpo_cron=scheduler.grpo_cron,

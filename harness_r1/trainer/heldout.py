@@ -8,8 +8,9 @@ baseline episodes). Numbers per version:
 
 - valid fraction: proposals that parse and pass the static checks, over all proposals;
 - mean canary delta: the mean success delta over the proposals the canary evaluated;
-- mean reward: the training reward over all proposals (invalid -> `invalid_reward`), the
-  quantity GRPO maximises; infrastructure failures are left out of both means and counted;
+- mean reward: the paper's flat training reward over all proposals (invalid ->
+  `invalid_reward`, never graded by trainer.shaping, so versions trained with either reward
+  compare on one scale); infrastructure failures are left out of both means and counted;
 - improved fraction: proposals with a positive delta, over all proposals but infrastructure
   failures;
 - cost: proposals, generated tokens, generation seconds and tokens/s, candidate episodes and

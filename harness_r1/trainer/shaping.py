@@ -47,6 +47,13 @@ class InvalidRewardShape:
     invalid_reward: float = 0.0
     graded: bool = False
 
+    def __post_init__(self) -> None:
+        if self.graded and self.invalid_reward >= 0:
+            raise ValueError(
+                "graded invalid rewards need a negative invalid_reward (with 0 nothing is "
+                f"graded; a positive one ranks the worst failures best), got {self.invalid_reward}"
+            )
+
     def rejected(self, stage: str | None, reason: str | None) -> float:
         """A proposal refused before the canary ran: `stage` "parse" (with the ParseCode as
         `reason`), "static", or "runner" (the runner's own validator)."""
@@ -59,7 +66,8 @@ class InvalidRewardShape:
         return self.invalid_reward * RUNNER_REFUSED_WEIGHT
 
     def evaluated(self, delta: float, sandbox_events: Mapping[str, int]) -> float:
-        """An evaluated patch: its delta, less the fault term when graded and a hook faulted."""
+        """An evaluated patch: its delta, plus the (negative) fault term when graded and a
+        hook faulted."""
         if not self.graded or not hook_faulted(sandbox_events):
             return delta
         return delta + self.invalid_reward * FAULT_WEIGHT

@@ -116,6 +116,27 @@ def test_graded_invalid_rewards_rank_the_refused_candidates(tmp_path: Path) -> N
     assert list(group.rewards) == list(outcome.rewards)
 
 
+def test_a_patch_the_canary_validator_refuses_gets_the_runner_grade(tmp_path: Path) -> None:
+    """A proposal valid to the engineer's checks but refused by the canary's own validator is
+    graded as refused by the runner (the same grade `train grpo` gives it)."""
+    from daemon_rig import runtime
+
+    from harness_r1.sandbox.canary import CanaryRunner
+
+    def refusing_canary(env: str) -> CanaryRunner:
+        return CanaryRunner(runtime("canary"), lambda patch, cid: None, lambda p: "policy: no")
+
+    loop, store, _, _ = build(
+        tmp_path, ReferenceEngineer(), k=1, guard_limit=0, invalid_reward=-0.4, graded_invalid=True
+    )
+    loop.canary_for = refusing_canary
+    ingest(store, failed_trajectories(12))
+    assert loop.flush() == 1
+    outcome = loop.work_once("w1")
+    assert outcome is not None and outcome.rewards == pytest.approx((-0.1,))
+    assert [r.status for r in store.canary_results(outcome.batch_id)] == ["invalid"]
+
+
 def test_back_pressure_keeps_failures_buffered(tmp_path: Path) -> None:
     loop, store, _, _ = build(tmp_path, TemplateProposer(), batch_size=2, max_pending_batches=2)
     ingest(store, failed_trajectories(8, offset=2))

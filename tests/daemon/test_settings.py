@@ -182,6 +182,21 @@ def test_openai_backends_need_a_server(clean_env: pytest.MonkeyPatch) -> None:
     assert load_settings(None).loop.engineer_backend == "openai"
 
 
+def test_graded_invalid_rewards_reach_the_loop_and_need_a_penalty(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    from harness_r1.daemon.wiring import loop_config
+
+    clean_env.setenv("HARNESS_R1_LOOP__GRADED_INVALID", "1")
+    with pytest.raises(SettingsError, match="set a negative loop.invalid_reward"):
+        load_settings(None)  # with 0 nothing would be graded
+    clean_env.setenv("HARNESS_R1_LOOP__INVALID_REWARD", "-0.25")
+    config = loop_config(load_settings(None))
+    assert config.graded_invalid and config.invalid_reward == -0.25
+    clean_env.delenv("HARNESS_R1_LOOP__GRADED_INVALID")
+    assert not loop_config(load_settings(None)).graded_invalid  # the paper's flat reward
+
+
 def test_cron_accepts_crontab_and_null() -> None:
     assert SchedulerOptions(grpo_cron=" 0 3 * * * ").grpo_cron == "0 3 * * *"
     assert Settings().scheduler.grpo_cron is None

@@ -33,6 +33,13 @@ def test_graded_shape_ranks_failures_by_how_far_the_patch_got() -> None:
     assert shape.evaluated(0.5, {"junk": 2}) == pytest.approx(0.45)
 
 
+def test_graded_shape_needs_a_penalty_to_grade() -> None:
+    for base in (0.0, 0.5):  # 0 grades nothing; a reward ranks the worst failures best
+        with pytest.raises(ValueError, match="negative invalid_reward"):
+            InvalidRewardShape(base, graded=True)
+    assert InvalidRewardShape(0.5).rejected("parse", "no_patch_block") == 0.5  # flat: any value
+
+
 def test_worker_lifecycle_events_are_not_hook_faults() -> None:
     assert not hook_faulted({})
     assert not hook_faulted({"restarts": 2, "recycles": 1, "junk": 0})
