@@ -293,6 +293,16 @@ class CanaryReward:
         self.rewards: list[float | None] = []
         self.packets: Counter[str] = Counter()
 
+    def describe(self) -> dict[str, Any]:
+        """What this reward is (kept in the version's metadata and its run identity): two
+        versions trained with different rewards must not be mistaken for one another."""
+        return {
+            "name": self.__name__,
+            "metric": self.metric,
+            "invalid_reward": self.invalid_reward,
+            "graded": self.shape.graded,
+        }
+
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kw: Any
     ) -> list[float | None]:
@@ -353,6 +363,14 @@ class CanaryReward:
         if callable(log_metric) and n:
             log_metric("canary/valid_fraction", 1.0 - invalid / n)
         return rewards
+
+
+def describe_reward(reward: Any) -> dict[str, Any]:
+    """A reward function's own description (`describe()`, as CanaryReward has), else its name."""
+    describe = getattr(reward, "describe", None)
+    if callable(describe):
+        return dict(describe())
+    return {"name": getattr(reward, "__name__", type(reward).__name__)}
 
 
 def canary_rows(
@@ -744,7 +762,7 @@ def train_grpo_online(
         adapter=adapter,
         cache_dir=cache_dir,
         rows=data,
-        data_identity=run_key({"rows": data}),
+        data_identity=run_key({"rows": data, "reward": describe_reward(reward)}),
         reward=reward,
         rollout=None,
         max_steps=settings.max_steps,
@@ -754,6 +772,8 @@ def train_grpo_online(
             "mode": "online",
             "rows": len(data),
             "packets": dict(sorted(recorder.packets.items())),
+            "reward": describe_reward(reward),
+            "reward_counts": dict(sorted(getattr(reward, "counts", {}).items())),
         },
     )
 

@@ -37,6 +37,7 @@ from harness_r1.trainer.grpo import (
     MappingResolver,
     ReplayGroup,
     ReplayRollout,
+    describe_reward,
     group_advantages,
     load_replay_groups,
     replay_key,
@@ -222,6 +223,12 @@ def test_graded_invalid_reward_ranks_a_group_that_is_all_invalid_or_faulting() -
     n = len(completions)
     rewards = reward(["p"] * n, completions, packet_id=["p1"] * n, env=["alfworld"] * n)
     assert rewards == pytest.approx([-0.4, -0.3, -0.1, -0.05, 0.0])
+    assert describe_reward(reward) == {
+        "name": "canary_reward",
+        "metric": "delta_success",
+        "invalid_reward": -0.4,
+        "graded": True,
+    }
     flat = CanaryReward(StaticResolver(RecordingRunner([0.0, 0.0])), invalid_reward=-0.4)
     assert flat(["p"] * n, completions, packet_id=["p1"] * n, env=["alfworld"] * n) == [
         -0.4,
@@ -370,6 +377,7 @@ def test_a_grpo_step_on_the_tiny_model_changes_the_lora_weights(
     assert result.version == "v0001" and metadata["steps"] == 2
     assert metadata["groups_used"] == 1 and metadata["mean_reward"] == pytest.approx(1.5)
     assert metadata["settings"]["loss_type"] == "dapo" and metadata["tokens_per_s"] > 0
+    assert metadata["reward"] == {"name": "spread"} and metadata["reward_counts"] == {}
     assert (result.version_dir / "adapter_model.safetensors").is_file()
 
 
