@@ -9,7 +9,8 @@
 # 4. online GRPO (dapo loss, K completions per packet, rewards = canary deltas on the packet's
 #    own tasks and seeds), starting from the SFT adapter;
 # 5. held-out scoring of the engineer before SFT, after SFT and after GRPO: valid fraction and
-#    mean canary delta of its proposals, same packets, seeds and shared baselines.
+#    mean canary delta of its proposals, same packets, seeds and shared baselines (2 packets
+#    at sampling seed 0, then a second pass of 4 packets at seed 100).
 # Results: $R/*.json and $R/*.log; benchmarks/engineer_rows.py renders the BENCHMARKS.md rows.
 # A step whose output exists is skipped, so an interrupted run goes on where it stopped.
 set -euo pipefail
@@ -39,7 +40,13 @@ TOKENS=${TOKENS:-768}
 TEMPERATURE=${TEMPERATURE:-0.5}
 SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
 SFT_LR=${SFT_LR:-5e-4}
-GRPO_EXTRA=${GRPO_EXTRA:-}  # further `train grpo` options, e.g. a reward variant to compare
+# further `train grpo` options; the default grades the invalid reward by how far a patch got
+# (trainer.shaping): with the flat reward most K=2 groups of this engineer are all invalid
+# and have zero advantage (session 5: 3 of 5 groups); GRPO_EXTRA= gives the paper's flat one
+GRPO_EXTRA=${GRPO_EXTRA---graded-invalid}
+# a second held-out pass per engineer: more packets, other sampling seeds (8 proposals are few)
+MORE_PACKETS=${MORE_PACKETS:-4}
+MORE_SEED=${MORE_SEED:-100}
 TARGET="--max-steps 6 --history-turns 3"
 mkdir -p "$R"
 t() { /usr/bin/time -f "%e s wall" "$@"; }
@@ -63,14 +70,15 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
   --threads 2 --max-length 4608 2>&1 | tee "$R/sft.log"
 SFT="$R/artifacts/engineer/v0001"
 
-heldout() {  # name, then extra options
-  local name=$1; shift
+heldout() {  # name, packets, seed, then extra options
+  local name=$1 packets=$2 seed=$3; shift 3
   [ -s "$R/heldout-$name.json" ] && return 0
   t $HR engineer evaluate "$R/dbbench-dev.jsonl" --env dbbench --split dev -k "$K" \
-    --batch-size "$BATCH" --limit-packets "$HELDOUT_PACKETS" $TARGET --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" \
-    --prefix-cache --temperature "$TEMPERATURE" --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
+    --batch-size "$BATCH" --limit-packets "$packets" --seed "$seed" $TARGET \
+    --max-new-tokens "$TOKENS" --baseline-cache "$R/baselines" --prefix-cache \
+    --temperature "$TEMPERATURE" --out "$R/heldout-$name.json" "$@" 2>&1 | tee "$R/heldout-$name.log"
 }
-heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
+heldout sft "$HELDOUT_PACKETS" 0 --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
 
 [ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo --packets "$R/coldstart/packets.jsonl" \
   --adapter "$SFT" --out "$R/artifacts" \
@@ -81,5 +89,9 @@ heldout sft --adapter "$SFT"  # before GRPO: it tells early whether SFT taught t
   | tee "$R/grpo.log"
 GRPO="$R/artifacts/engineer/v0002"
 
-heldout grpo --adapter "$GRPO"
-heldout base  # last: the engineer before SFT does not depend on any training step
+heldout grpo "$HELDOUT_PACKETS" 0 --adapter "$GRPO"
+heldout base "$HELDOUT_PACKETS" 0  # the engineer before SFT does not depend on any training
+for name in sft grpo base; do
+  case $name in sft) set -- --adapter "$SFT" ;; grpo) set -- --adapter "$GRPO" ;; base) set -- ;; esac
+  heldout "$name-seed$MORE_SEED" "$MORE_PACKETS" "$MORE_SEED" "$@"
+done
