@@ -43,8 +43,10 @@ SFT_LR=${SFT_LR:-5e-4}
 # further `train grpo` options; the default grades the invalid reward by how far a patch got
 # (trainer.shaping): with the flat reward most K=2 groups of this engineer are all invalid
 # and have zero advantage (session 5: 3 of 5 groups); GRPO_EXTRA= gives the paper's flat one
-GRPO_EXTRA=${GRPO_EXTRA---graded-invalid}
-# a second held-out pass per engineer: more packets, other sampling seeds (8 proposals are few)
+GRPO_EXTRA=${GRPO_EXTRA-"--graded-invalid"}
+# a second held-out pass per engineer at another sampling seed (8 proposals are few): 4 packets
+# are all 8 dev tasks, the first 2 the same packets as the first pass
+# (steps are skipped by output name: change a setting here, delete the outputs it changes)
 MORE_PACKETS=${MORE_PACKETS:-4}
 MORE_SEED=${MORE_SEED:-100}
 TARGET="--max-steps 6 --history-turns 3"

@@ -373,6 +373,15 @@ def describe_reward(reward: Any) -> dict[str, Any]:
     return {"name": getattr(reward, "__name__", type(reward).__name__)}
 
 
+def reward_counts(reward: Any) -> dict[str, int]:
+    """A reward function's tallies (CanaryReward.counts), {} for one without a mapping of
+    them: this runs after training, where an odd attribute must not lose the version."""
+    counts = getattr(reward, "counts", None)
+    if not isinstance(counts, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: str(kv[0]))}
+
+
 def canary_rows(
     packets: Sequence[FailurePacket],
     examples: Sequence[PromptExample] | None = None,
@@ -773,7 +782,7 @@ def train_grpo_online(
             "rows": len(data),
             "packets": dict(sorted(recorder.packets.items())),
             "reward": describe_reward(reward),
-            "reward_counts": dict(sorted(getattr(reward, "counts", {}).items())),
+            "reward_counts": reward_counts(reward),
         },
     )
 

@@ -41,6 +41,7 @@ from harness_r1.trainer.grpo import (
     group_advantages,
     load_replay_groups,
     replay_key,
+    reward_counts,
     save_replay_groups,
     train_grpo_online,
     train_grpo_replay,
@@ -223,6 +224,17 @@ def test_graded_invalid_reward_ranks_a_group_that_is_all_invalid_or_faulting() -
     n = len(completions)
     rewards = reward(["p"] * n, completions, packet_id=["p1"] * n, env=["alfworld"] * n)
     assert rewards == pytest.approx([-0.4, -0.3, -0.1, -0.05, 0.0])
+    assert reward_counts(reward) == {
+        "evaluated": 2,
+        "invalid:parse": 2,
+        "invalid:static": 1,
+    }
+
+    def odd(prompts: Any, completions: Any, **kw: Any) -> list[float]:
+        return [0.0]
+
+    odd.counts = 3  # type: ignore[attr-defined]  # not a mapping: no tallies, no crash
+    assert reward_counts(odd) == {} and describe_reward(odd) == {"name": "odd"}
     assert describe_reward(reward) == {
         "name": "canary_reward",
         "metric": "delta_success",
