@@ -285,15 +285,11 @@ class ImprovementLoop:
         rewards: list[float | None] = []
         for result in gated.report.candidates:
             evaluated = result.status == "evaluated" and result.delta_success is not None
-            proposal = refused.get(result.candidate_id)
-            if result.status != "invalid":
-                delta = result.delta_success if evaluated else None
-                reward = None if delta is None else shape.evaluated(delta, result.sandbox_events)
-            elif proposal is not None:
-                reward = shape.rejected(proposal.stage, proposal.reason)
+            proposal = refused.get(result.candidate_id)  # refused before the canary ran
+            if proposal is not None:
+                rewards.append(shape.rejected(proposal.stage, proposal.reason))
             else:
-                reward = shape.rejected("runner", result.invalid_reason)
-            rewards.append(reward)
+                rewards.append(shape.of_result(result))
             result_label = "evaluated" if evaluated else result.status
             self.metrics.candidate(gated.report.env, result_label, result.delta_success)
             self.metrics.gate(gated.decisions[result.candidate_id].verdict)

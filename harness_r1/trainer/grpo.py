@@ -285,8 +285,7 @@ class CanaryReward:
         if metric not in ("delta_success", "delta_mean_reward"):
             raise ValueError("metric must be delta_success or delta_mean_reward")
         self.resolver = resolver
-        self.invalid_reward = float(invalid_reward)
-        self.shape = InvalidRewardShape(self.invalid_reward, graded=graded)
+        self.shape = InvalidRewardShape(float(invalid_reward), graded=graded)
         self.metric = metric
         self.limits = limits
         self.counts: Counter[str] = Counter()
@@ -299,7 +298,7 @@ class CanaryReward:
         return {
             "name": self.__name__,
             "metric": self.metric,
-            "invalid_reward": self.invalid_reward,
+            "invalid_reward": self.shape.invalid_reward,
             "graded": self.shape.graded,
         }
 
@@ -348,16 +347,9 @@ class CanaryReward:
             by_id = {r.candidate_id: r for r in report.candidates}
             for i, candidate in items:
                 result = by_id.get(candidate.candidate_id)
-                status = "infra_error" if result is None else result.status
-                self.counts[status] += 1
-                if result is None or status == "infra_error":
-                    continue
-                if status == "invalid":
-                    rewards[i] = self.shape.rejected("runner", result.invalid_reason)
-                    continue
-                value = getattr(result, self.metric)
-                if value is not None:
-                    rewards[i] = self.shape.evaluated(float(value), result.sandbox_events)
+                self.counts["infra_error" if result is None else result.status] += 1
+                if result is not None:
+                    rewards[i] = self.shape.of_result(result, self.metric)
         self.rewards.extend(rewards)
         log_metric = kw.get("log_metric")
         if callable(log_metric) and n:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness_r1.contracts import CandidateResult
 from harness_r1.sandbox.canary import WORKER_EVENTS
 
 # How much of `invalid_reward` each failure keeps (1.0: the whole penalty).
@@ -64,6 +65,15 @@ class InvalidRewardShape:
         if stage == "static":
             return self.invalid_reward * STATIC_WEIGHT
         return self.invalid_reward * RUNNER_REFUSED_WEIGHT
+
+    def of_result(self, result: CandidateResult, metric: str = "delta_success") -> float | None:
+        """A canary result's reward: its `metric` delta when evaluated, the runner-refusal
+        grade when its validator refused it, None (no reward) for an infrastructure error or
+        a missing delta. The one place the trainer and the daemon map results to rewards."""
+        if result.status == "invalid":
+            return self.rejected("runner", result.invalid_reason)
+        value = getattr(result, metric) if result.status == "evaluated" else None
+        return None if value is None else self.evaluated(float(value), result.sandbox_events)
 
     def evaluated(self, delta: float, sandbox_events: Mapping[str, int]) -> float:
         """An evaluated patch: its delta, plus the (negative) fault term when graded and a
