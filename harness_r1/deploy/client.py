@@ -46,6 +46,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from harness_r1.consumers.kafka import Record
 from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease, Patch
+from harness_r1.deploy.acceptance import Stream, check_seq, check_stream, open_message
 from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.signing import Keyring, Rejection, VerificationError, open_envelope
 from harness_r1.deploy.state import BASE, Hold, StateStore
@@ -243,7 +244,7 @@ class OverlayClient:
             return False
 
     def _handle(self, topic: str, data: bytes) -> bool:
-        kind = "release" if topic == self.config.release_topic else "control"
+        kind: Stream = "release" if topic == self.config.release_topic else "control"
         try:
             payload = self._open(data, kind)
             self._check_stateful(payload, kind)
@@ -258,36 +259,21 @@ class OverlayClient:
             self._metrics.messages.labels(kind=kind, result="accepted").inc()
         return True
 
-    def _open(self, data: bytes, kind: str) -> OverlayRelease | ControlCommand:
-        """Verify. An expired ROLLBACK still takes effect (seq permitting): it can only take
-        an overlay away, and an agent that was down when it went out must not keep running
-        what the fleet was told to drop. Every other expired message is refused."""
+    def _open(self, data: bytes, kind: Stream) -> OverlayRelease | ControlCommand:
+        """Verify (an expired ROLLBACK still passes; see `deploy/acceptance.py`, which the
+        daemon's control follower shares so both accept the same messages)."""
         skew = timedelta(seconds=self.config.max_clock_skew_s)
-        try:
-            return open_envelope(data, self.keyring, now=self._now(), max_clock_skew=skew)
-        except VerificationError as err:
-            if err.reason is not Rejection.EXPIRED or kind != "control":
-                raise
-            late = open_envelope(data, self.keyring, check_validity=False)
-            if isinstance(late, ControlCommand) and late.command is ControlKind.ROLLBACK:
-                log.info("expired_rollback_applied", seq=late.seq, overlay=late.revoke_overlay_id)
-                return late
-            raise
+        return open_message(data, self.keyring, kind, now=self._now(), max_clock_skew=skew)
 
-    def _check_stateful(self, payload: OverlayRelease | ControlCommand, kind: str) -> None:
-        expected = OverlayRelease if kind == "release" else ControlCommand
-        if not isinstance(payload, expected):
-            raise VerificationError(Rejection.MALFORMED, f"a {payload.kind} on the {kind} topic")
+    def _check_stateful(self, payload: OverlayRelease | ControlCommand, kind: Stream) -> None:
+        check_stream(payload, kind)
         if payload.target != self.config.target:
             raise VerificationError(
                 Rejection.WRONG_TARGET,
                 f"for target {payload.target!r}, this agent serves {self.config.target!r}",
             )
         hwm = self.state.release_hwm if kind == "release" else self.state.control_hwm
-        if payload.seq <= hwm:
-            raise VerificationError(
-                Rejection.REPLAY, f"{kind} seq {payload.seq} <= high-water mark {hwm}"
-            )
+        check_seq(payload, kind, hwm)
 
     def _reject(self, kind: str, err: VerificationError) -> None:
         reason = err.reason.value
