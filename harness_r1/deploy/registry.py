@@ -17,6 +17,14 @@ transactions start with `BEGIN IMMEDIATE`: they take the write lock up front, so
 that reads a state and then writes it cannot lose a race to another process half-way (a
 deferred transaction would fail with SQLITE_BUSY on its first write, which busy_timeout cannot
 retry). On PostgreSQL the same reads take row locks (`SELECT ... FOR UPDATE`).
+
+Races between writers (the daemon's control follower, an operator's CLI, the live guard):
+several registry calls that must hold together (roll X back AND activate Y; record a command
+only if no newer one was recorded) run in one `transaction()`; moves that another writer may
+already have made use `transition_if`, which answers None instead of raising. The `overlay_marks`
+table holds high-water marks per (target, stream), advanced atomically by `advance_mark`: the
+control follower's mirror of an agent's seq high-water mark, and the highest control seq whose
+effect the registry holds (see `deploy/publisher.py` `record_control`).
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import builtins
 import difflib
 import hashlib
 import json
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -207,6 +217,20 @@ class _SequenceRow(RegistryBase):
     value: Mapped[int] = mapped_column(BigInteger)
 
 
+class _MarkRow(RegistryBase):
+    """High-water marks per (target, stream): the highest seq seen or applied. Why durable and
+    in the registry's database: a restarted daemon must not accept again a control command it
+    (or the fleet) already refused as old, and the mark must move in the same transaction as
+    the registry change it guards."""
+
+    __tablename__ = "overlay_marks"
+
+    target: Mapped[str] = mapped_column(String(200), primary_key=True)
+    stream: Mapped[str] = mapped_column(String(100), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 # --- helpers --------------------------------------------------------------------------------
 
 
@@ -306,6 +330,7 @@ class OverlayRegistry(SqlDatabase):
         self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     ) -> None:
         super().__init__(url, busy_timeout_ms=busy_timeout_ms)
+        self._tx = threading.local()  # the session of this thread's open transaction()
         # Inside a write transaction so two processes creating the tables at once serialise.
         with self._write_engine.begin() as conn:
             RegistryBase.metadata.create_all(conn)
@@ -316,10 +341,50 @@ class OverlayRegistry(SqlDatabase):
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Run every registry call of this thread inside the block in ONE write transaction
+        (all or nothing; SQLite takes its write lock up front, PostgreSQL keeps the row locks
+        to the end). Why: a control command's effect is several moves (roll X back, activate
+        Y, advance the mark) and another process must never see, or interleave with, half of
+        it. Nested blocks join the outer one. Other threads are not affected."""
+        if getattr(self._tx, "session", None) is not None:
+            yield
+            return
+        with super()._write() as session:
+            self._tx.session = session
+            try:
+                yield
+            finally:
+                self._tx.session = None
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        session: Session | None = getattr(self._tx, "session", None)
+        if session is not None:
+            yield session
+            return
+        with super()._write() as fresh:
+            yield fresh
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        """Inside a transaction() reads use its session: they see its own uncommitted moves."""
+        session: Session | None = getattr(self._tx, "session", None)
+        if session is not None:
+            session.flush()
+            yield session
+            return
+        with super()._read() as fresh:
+            yield fresh
+
     def _row(self, session: Session, overlay_id: str, *, lock: bool = False) -> _OverlayRow:
         query = select(_OverlayRow).where(_OverlayRow.overlay_id == overlay_id)
         if lock:
-            query = query.with_for_update()
+            # populate_existing: inside a transaction() the row may already sit in the session
+            # from an earlier read; the locked read must refresh it (PostgreSQL: another
+            # transaction may have committed a change in between).
+            query = query.with_for_update().execution_options(populate_existing=True)
         row = session.scalars(query).one_or_none()
         if row is None:
             raise UnknownOverlay(f"no overlay {overlay_id!r} in the registry at {self.url}")
@@ -418,29 +483,69 @@ class OverlayRegistry(SqlDatabase):
         the event and shallow-merged into the overlay's evidence (later keys win).
         """
         target_state = _state(to_state)
-        now = _now()
+        with self._write() as session:
+            row = self._row(session, overlay_id, lock=True)
+            check_transition(OverlayState(row.state), target_state)
+            return self._move(session, row, target_state, actor, reason, evidence)
+
+    def transition_if(
+        self,
+        overlay_id: str,
+        to_state: OverlayState | str,
+        *,
+        expect: Collection[OverlayState] | None = None,
+        actor: str,
+        reason: str,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> OverlayRecord | None:
+        """`transition`, unless another writer got there first: None (nothing written) when the
+        overlay is already in `to_state`, is not in one of the `expect`ed states, or may not
+        move to `to_state` from where it is now. Decided under the row lock, in one transaction.
+
+        Why: the daemon's control follower and an operator's CLI record the same command, the
+        live guard and an operator act on the same overlay; whoever is second must find the
+        work done, not crash with InvalidTransition (once after a command had been published).
+        Unknown ids still raise UnknownOverlay: that is a caller's mistake, not a race."""
+        target_state = _state(to_state)
         with self._write() as session:
             row = self._row(session, overlay_id, lock=True)
             current = OverlayState(row.state)
-            check_transition(current, target_state)
-            if target_state is OverlayState.ACTIVE:
-                self._retire_active(session, row, actor=actor, reason=reason, at=now)
-            row.state = str(target_state)
-            row.updated_at = now
-            if evidence:
-                _merge_evidence(row, evidence)
-            session.add(
-                _event_row(
-                    overlay_id,
-                    current,
-                    target_state,
-                    actor=actor,
-                    reason=reason,
-                    at=now,
-                    evidence=evidence,
-                )
+            if current is target_state or target_state not in TRANSITIONS[current]:
+                return None
+            if expect is not None and current not in expect:
+                return None
+            return self._move(session, row, target_state, actor, reason, evidence)
+
+    def _move(
+        self,
+        session: Session,
+        row: _OverlayRow,
+        target_state: OverlayState,
+        actor: str,
+        reason: str,
+        evidence: Mapping[str, Any] | None,
+    ) -> OverlayRecord:
+        """The checked move itself (the caller holds the row lock)."""
+        now = _now()
+        current = OverlayState(row.state)
+        if target_state is OverlayState.ACTIVE:
+            self._retire_active(session, row, actor=actor, reason=reason, at=now)
+        row.state = str(target_state)
+        row.updated_at = now
+        if evidence:
+            _merge_evidence(row, evidence)
+        session.add(
+            _event_row(
+                row.overlay_id,
+                current,
+                target_state,
+                actor=actor,
+                reason=reason,
+                at=now,
+                evidence=evidence,
             )
-            return _to_record(row)
+        )
+        return _to_record(row)
 
     def _retire_active(
         self, session: Session, incoming: _OverlayRow, *, actor: str, reason: str, at: datetime
@@ -453,6 +558,7 @@ class OverlayRegistry(SqlDatabase):
                 _OverlayRow.overlay_id != incoming.overlay_id,
             )
             .with_for_update()
+            .execution_options(populate_existing=True)
         )
         for previous in session.scalars(query):
             previous.state = str(OverlayState.RETIRED)
@@ -471,6 +577,26 @@ class OverlayRegistry(SqlDatabase):
         # Flush now: the one-active-per-target index must see the old overlay retired before
         # the new one becomes active (the ORM could otherwise order the two UPDATEs either way).
         session.flush()
+
+    def superseded(self, overlay_id: str) -> str | None:
+        """The overlay OVERLAY_ID superseded the last time it became active (the one that was
+        active before it), or None. What an agent rolls back to when OVERLAY_ID is taken back
+        without `--to` (its history: the overlay it ran before)."""
+        needle = json.dumps({"superseded_by": overlay_id})[1:-1]  # '"superseded_by": "ov-.."'
+        query = (
+            select(_EventRow)
+            .where(
+                _EventRow.from_state == str(OverlayState.ACTIVE),
+                _EventRow.to_state == str(OverlayState.RETIRED),
+                _EventRow.evidence_json.contains(needle, autoescape=True),
+            )
+            .order_by(_EventRow.event_id.desc())
+        )
+        with self._read() as session:
+            for row in session.scalars(query):
+                if _load_evidence(row.evidence_json).get("superseded_by") == overlay_id:
+                    return row.overlay_id
+        return None
 
     # -- audit --
 
@@ -520,9 +646,8 @@ class OverlayRegistry(SqlDatabase):
         inside a write transaction: the database hands each number out once, whichever process
         or registry object asks (SQLite serialises writers; PostgreSQL locks the row).
         """
-        insert = sqlite_dialect.insert if self._dialect == "sqlite" else pg_dialect.insert
         statement = (
-            insert(_SequenceRow)
+            self._insert(_SequenceRow)
             .values(target=target, stream=stream, value=1)
             .on_conflict_do_update(
                 index_elements=["target", "stream"], set_={"value": _SequenceRow.value + 1}
@@ -531,6 +656,46 @@ class OverlayRegistry(SqlDatabase):
         )
         with self._write() as session:
             return int(session.execute(statement).scalar_one())
+
+    # -- high-water marks --
+
+    def advance_mark(self, target: str, stream: str, seq: int) -> bool:
+        """Raise the (target, stream) mark to SEQ if SEQ is above it; True when it moved.
+
+        One statement, `INSERT ... ON CONFLICT DO UPDATE ... WHERE excluded.seq > seq
+        RETURNING seq`: it answers a row only when it wrote one, so two processes asking at
+        once cannot both be told yes for the same or an older seq (SQLite serialises writers,
+        PostgreSQL locks the row to the end of the transaction)."""
+        statement = advance_statement(self._dialect, target, stream, seq, _now())
+        with self._write() as session:
+            return session.execute(statement).scalar_one_or_none() is not None
+
+    def mark(self, target: str, stream: str) -> int:
+        """The (target, stream) high-water mark; 0 when nothing was recorded yet."""
+        query = select(_MarkRow.seq).where(_MarkRow.target == target, _MarkRow.stream == stream)
+        with self._read() as session:
+            return int(session.scalars(query).one_or_none() or 0)
+
+    def _insert(self, table: type[RegistryBase]) -> Any:
+        return _dialect_insert(self._dialect, table)
+
+
+def _dialect_insert(dialect: str, table: type[RegistryBase]) -> Any:
+    """The dialect's INSERT (both have ON CONFLICT ... RETURNING)."""
+    insert = sqlite_dialect.insert if dialect == "sqlite" else pg_dialect.insert
+    return insert(table)
+
+
+def advance_statement(dialect: str, target: str, stream: str, seq: int, at: datetime) -> Any:
+    """`advance_mark`'s one statement (module level so a test can render it for PostgreSQL)."""
+    insert = _dialect_insert(dialect, _MarkRow).values(
+        target=target, stream=stream, seq=seq, updated_at=at
+    )
+    return insert.on_conflict_do_update(
+        index_elements=["target", "stream"],
+        set_={"seq": insert.excluded.seq, "updated_at": insert.excluded.updated_at},
+        where=_MarkRow.seq < insert.excluded.seq,
+    ).returning(_MarkRow.seq)
 
 
 # --- views ----------------------------------------------------------------------------------

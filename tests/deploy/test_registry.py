@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from harness_r1.deploy.registry import (
     RegistryBase,
     RegistryError,
     UnknownOverlay,
+    advance_statement,
     diff_overlays,
     render_record,
 )
@@ -354,6 +355,109 @@ def test_next_seq_two_registries_two_threads_no_duplicates(db_url: str) -> None:
     assert sorted(results[0] + results[1]) == list(range(1, 101))
 
 
+# --- high-water marks, conditional moves, transactions (races with the CLI) -------------------
+
+
+def test_advance_mark_only_upward_and_survives_reopen(reg: OverlayRegistry, db_url: str) -> None:
+    assert reg.mark("pool-a", "control") == 0
+    assert reg.advance_mark("pool-a", "control", 3)
+    assert not reg.advance_mark("pool-a", "control", 3)  # the same seq: a replay
+    assert not reg.advance_mark("pool-a", "control", 2)  # older: refused, mark unchanged
+    assert reg.mark("pool-a", "control") == 3
+    assert reg.advance_mark("pool-a", "control", 7)
+    assert reg.advance_mark("pool-a", "release", 1)  # separate streams
+    assert reg.advance_mark("pool-b", "control", 1)  # and separate targets
+    with OverlayRegistry(db_url) as again:  # a restarted daemon keeps refusing old seqs
+        assert again.mark("pool-a", "control") == 7
+        assert not again.advance_mark("pool-a", "control", 5)
+
+
+def test_advance_mark_racing_registries_never_say_yes_twice(db_url: str) -> None:
+    """Four registry objects (as four processes would) offer seqs 1..40 in different orders:
+    each seq is accepted at most once, every accepted seq is above every earlier accepted
+    one, and the mark ends at the highest."""
+    import random
+
+    registries = [OverlayRegistry(db_url) for _ in range(4)]
+    accepted: list[tuple[int, int]] = []  # (order of acceptance, seq)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work(i: int) -> None:
+        seqs = list(range(1, 41))
+        random.Random(i).shuffle(seqs)
+        try:
+            start.wait()
+            for seq in seqs:
+                with registries[i].transaction():
+                    if registries[i].advance_mark("pool-a", "control", seq):
+                        with lock:
+                            accepted.append((len(accepted), seq))
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    seqs = [seq for _, seq in sorted(accepted)]
+    assert seqs == sorted(set(seqs))  # strictly increasing in commit order, no duplicate
+    assert seqs[-1] == 40 and registries[0].mark("pool-a", "control") == 40
+    for r in registries:
+        r.close()
+
+
+def test_transition_if_answers_none_where_transition_raises(reg: OverlayRegistry) -> None:
+    live = in_state(reg, S.ACTIVE)
+    assert reg.transition_if(live, S.ACTIVE, actor="t", reason="again") is None  # already
+    rolled = reg.transition_if(
+        live, S.ROLLED_BACK, expect={S.CANARY, S.ACTIVE}, actor="t", reason="r"
+    )
+    assert rolled is not None and rolled.state is S.ROLLED_BACK
+    # the second recorder of the same rollback finds it done instead of InvalidTransition
+    assert reg.transition_if(live, S.ROLLED_BACK, actor="t", reason="r") is None
+    assert reg.transition_if(live, S.RETIRED, actor="t", reason="r") is None  # not allowed
+    assert reg.transition_if(live, S.ACTIVE, expect={S.CANARY}, actor="t", reason="r") is None
+    assert reg.get(live).state is S.ROLLED_BACK
+    assert [e.to_state for e in reg.events(live)][-1] is S.ROLLED_BACK
+    assert len(reg.events(live)) == 4  # created, canary, active, rolled_back: no extra event
+    with pytest.raises(UnknownOverlay):
+        reg.transition_if("ov-missing", S.ACTIVE, actor="t", reason="r")
+
+
+def test_transaction_is_all_or_nothing(reg: OverlayRegistry, db_url: str) -> None:
+    first = in_state(reg, S.ACTIVE)
+    second = in_state(reg, S.CANARY)
+    other = OverlayRegistry(db_url)  # another process's view
+    with pytest.raises(RuntimeError), reg.transaction():
+        assert reg.advance_mark("pool-a", "control", 4)
+        reg.transition(second, S.ACTIVE, actor="t", reason="r")
+        assert active_id(reg, "pool-a") == second  # reads inside see the transaction's moves
+        assert active_id(other, "pool-a") == first  # others do not, before it commits
+        raise RuntimeError("half-way")
+    other.close()
+    assert active_id(reg, "pool-a") == first
+    assert reg.get(second).state is S.CANARY
+    assert reg.mark("pool-a", "control") == 0
+    with reg.transaction(), reg.transaction():  # nested blocks join the outer one
+        reg.transition(second, S.ACTIVE, actor="t", reason="r")
+    assert active_id(reg, "pool-a") == second and reg.get(first).state is S.RETIRED
+
+
+def test_superseded_names_the_overlay_active_before(reg: OverlayRegistry) -> None:
+    a = in_state(reg, S.ACTIVE)
+    b = in_state(reg, S.CANARY)
+    reg.transition(b, S.ACTIVE, actor="t", reason="r")
+    c = in_state(reg, S.CANARY)
+    reg.transition(c, S.ACTIVE, actor="t", reason="r")
+    assert (reg.superseded(c), reg.superseded(b), reg.superseded(a)) == (b, a, None)
+    reg.transition(a, S.ACTIVE, actor="t", reason="back to a")  # c retired, superseded by a
+    assert reg.superseded(a) == c  # the latest activation counts
+
+
 # --- SQLite setup ---------------------------------------------------------------------------
 
 
@@ -432,6 +536,10 @@ def test_schema_and_upsert_compile_for_postgresql() -> None:
             rendered = str(CreateIndex(index).compile(dialect=dialect))
             if index.name == "overlay_one_active_per_target":
                 assert "WHERE state = 'active'" in rendered
+    upsert = advance_statement("postgresql", "pool-a", "control", 3, datetime.now(UTC))
+    rendered = str(upsert.compile(dialect=dialect))
+    assert "ON CONFLICT (target, stream) DO UPDATE" in rendered
+    assert "WHERE overlay_marks.seq < excluded.seq RETURNING" in rendered
 
 
 def _postgres_or_skip() -> None:
