@@ -33,9 +33,12 @@ def check_schema_version(version: str) -> str:
 
 
 class Contract(BaseModel):
-    """Base of nested contract parts: immutable and strict about unknown fields."""
+    """Base of nested contract parts: immutable and strict about unknown fields, and finite
+    numbers only: a NaN or an Infinity (which Python's and pydantic's JSON readers accept) has
+    no meaning in any message and cannot be stored (a NaN reward failed the store's NOT NULL
+    column after validation had passed it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Message(Contract):
