@@ -2,36 +2,63 @@
 
 The commit steps, in order (quix-streams' lesson: the offset moves only after every side
 effect is durable):
-  1. poll a batch of records (bounded wait);
-  2. parse each record; one that is not a Trajectory of a known major version goes to the
-     dead-letter topic with its reason and source (the publish waits for the broker's ack);
-  3. ONE store transaction: insert the new trajectories (dedup by trajectory_id), buffer the
-     new failures, and move this group's positions past every record of the batch;
-  4. commit the same positions to Kafka (for lag tools; the store is the source of truth, so
+  1. publish dead letters left in the outbox by earlier polls (a broker that was away);
+  2. poll a batch of records (bounded wait);
+  3. parse each record; one that is not a storable Trajectory of a known major version
+     becomes a dead letter with its reason (`harness_r1.daemon.deadletter`);
+  4. ONE store transaction: insert the new trajectories (dedup by trajectory_id), buffer the
+     new failures, put the dead letters into the outbox, and move this group's positions past
+     every record of the batch;
+  5. publish the new dead letters from the outbox (each deleted once acknowledged);
+  6. commit the same positions to Kafka (for lag tools; the store is the source of truth, so
      a commit that fails or a crash before it loses nothing and duplicates nothing).
-On restart the reader resumes from the store's positions. A crash between 2 and 3 can put a
-record on the dead-letter topic twice; never a trajectory in the store twice.
+
+Every record thus ends in exactly one place. When step 4 fails on the data (a record the
+store refuses that validation let through), the batch is split in halves until the records
+the store refuses stand alone; they become `unstorable` dead letters and the rest is stored:
+one record never fails its batch. Only infrastructure errors (the database unreachable or
+locked) fail the poll, and then nothing moved: the daemon re-reads the batch from the stored
+positions. On restart the reader resumes from the store's positions too.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
 
 from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, Record
 from harness_r1.contracts import Trajectory
 from harness_r1.contracts.base import UnsupportedSchemaVersion
-from harness_r1.daemon.store import IngestResult, StateStore, ingest_item
+from harness_r1.daemon.deadletter import (
+    DEFAULT_MAX_VALUE_BYTES,
+    DeadLetter,
+    DeadLetterOutbox,
+    DeadLetterSend,
+    DrainReport,
+    ReasonCode,
+    dead_letter,
+)
+from harness_r1.daemon.store import IngestItem, IngestResult, StateStore, ingest_item
 
 log = structlog.get_logger(__name__)
 
-#: (topic, value, headers) -> None; raises when the broker did not acknowledge.
-DeadLetterSend = Callable[[str, bytes, Sequence[tuple[str, bytes]]], None]
-MAX_REASON_CHARS = 500
+#: Errors of the database itself (unreachable, locked, out of resources): retry the batch.
+#: Everything else a store transaction raises is about the data of some record.
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.InternalError,
+    sa_exc.TimeoutError,
+    sa_exc.DisconnectionError,
+    sa_exc.ResourceClosedError,
+    OSError,
+    MemoryError,
+)
 
 
 @dataclass(frozen=True)
@@ -42,37 +69,63 @@ class IngestConfig:
     commit_timeout_ms: int = 5_000
     poll_timeout_ms: int = 200
     max_poll_records: int = 500  # records per store transaction at most
+    max_record_bytes: int = 1024 * 1024  # a bigger trajectory is dead-lettered as too_large
+    max_dead_letter_bytes: int = DEFAULT_MAX_VALUE_BYTES
 
 
 @dataclass(frozen=True)
 class PollReport:
     records: int
     result: IngestResult
-    dead_lettered: int
+    dead_lettered: int  # records of this poll that became dead letters
     committed: bool
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)  # by reason code
+    dead_letters_sent: dict[str, int] = field(default_factory=dict)  # published, by code
+    dead_letters_pending: int = 0  # in the outbox after this poll (publish failed)
+    dead_letter_error: str | None = None
 
 
 class Unreadable(ValueError):
-    """A record that is not a Trajectory we can read; `reason` goes into the DLQ header."""
+    """A record that is not a Trajectory we can store; `code` and `detail` say why."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, code: ReasonCode, detail: str) -> None:
+        super().__init__(f"{code.value}: {detail}")
+        self.code = code
+        self.detail = detail
+
+    @property
+    def reason(self) -> str:
+        return f"{self.code.value}: {self.detail}"
 
 
-def parse_trajectory(value: bytes) -> Trajectory:
+def parse_trajectory(value: bytes, max_bytes: int | None = None) -> Trajectory:
+    """The Trajectory in `value`, or Unreadable with a reason code. Never raises anything
+    else: a record that breaks the parser itself (a recursion bomb, say) is unreadable too."""
+    if not value:
+        raise Unreadable(ReasonCode.EMPTY, "null or empty value")
+    if max_bytes is not None and len(value) > max_bytes:
+        raise Unreadable(
+            ReasonCode.TOO_LARGE, f"{len(value)} bytes, a trajectory may have {max_bytes}"
+        )
     try:
         trajectory: Trajectory = Trajectory.from_json_bytes(value)
     except ValidationError as err:
+        first = err.errors()[0]
+        if first.get("type") == "json_invalid":
+            raise Unreadable(ReasonCode.NOT_JSON, str(first.get("msg", ""))) from err
         versions = [e for e in err.errors() if e.get("loc") == ("schema_version",)]
         if versions:
-            raise Unreadable(f"unsupported_version: {versions[0].get('msg', '')}") from err
-        raise Unreadable(f"invalid: {err.errors()[0].get('msg', '')} at {_loc(err)}") from err
+            raise Unreadable(
+                ReasonCode.UNSUPPORTED_VERSION, str(versions[0].get("msg", ""))
+            ) from err
+        raise Unreadable(ReasonCode.INVALID, f"{first.get('msg', '')} at {_loc(err)}") from err
     except UnsupportedSchemaVersion as err:
-        raise Unreadable(f"unsupported_version: {err}") from err
+        raise Unreadable(ReasonCode.UNSUPPORTED_VERSION, str(err)) from err
     except (ValueError, UnicodeDecodeError) as err:
-        raise Unreadable(f"not_json: {err}") from err
-    _check_storable(trajectory)
+        raise Unreadable(ReasonCode.NOT_JSON, str(err)) from err
+    except (RecursionError, MemoryError) as err:
+        raise Unreadable(ReasonCode.INVALID, f"{type(err).__name__} while parsing") from err
+    check_storable(trajectory)
     return trajectory
 
 
@@ -88,10 +141,10 @@ STORED_LIMITS = {
 }
 
 
-def _check_storable(trajectory: Trajectory) -> None:
-    """A valid Trajectory the store cannot hold (an id over its column size, a NUL character,
-    which PostgreSQL text refuses) must go to the dead-letter topic, not fail the store
-    transaction of its whole batch again and again (a poison record)."""
+def check_storable(trajectory: Trajectory) -> None:
+    """A valid Trajectory the store cannot hold (an id over its column size; a NUL, which
+    PostgreSQL text refuses; a lone surrogate, which no database encodes) is unstorable,
+    found here before the transaction rather than by it."""
     values = {
         "trajectory_id": trajectory.trajectory_id,
         "agent_id": trajectory.agent_id,
@@ -101,11 +154,17 @@ def _check_storable(trajectory: Trajectory) -> None:
         "task.task_type": trajectory.task.task_type,
         "target": f"{trajectory.target.model_id}@{trajectory.target.version}",
     }
-    for field, value in values.items():
-        if len(value) > STORED_LIMITS[field] or "\x00" in value:
+    for name, value in values.items():
+        if len(value) > STORED_LIMITS[name]:
             raise Unreadable(
-                f"unstorable: {field} is over {STORED_LIMITS[field]} characters or has a NUL"
+                ReasonCode.UNSTORABLE, f"{name} is over {STORED_LIMITS[name]} characters"
             )
+        if "\x00" in value:
+            raise Unreadable(ReasonCode.UNSTORABLE, f"{name} has a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise Unreadable(ReasonCode.UNSTORABLE, f"{name} is not encodable: {err}") from err
 
 
 def _loc(err: ValidationError) -> str:
@@ -121,12 +180,12 @@ class TrajectoryIngest:
         kafka: KafkaSettings,
         config: IngestConfig,
         store: StateStore,
-        dead_letter: DeadLetterSend,
+        dead_letter_send: DeadLetterSend,
         owns: Callable[[str, int], bool] | None = None,
     ) -> None:
         self.config = config
         self.store = store
-        self._dead_letter = dead_letter
+        self.outbox = DeadLetterOutbox(store, dead_letter_send, config.dead_letter_topic)
         positions = {
             f"{topic}:{partition}": offset
             for (topic, partition), offset in store.positions(config.group).items()
@@ -142,20 +201,29 @@ class TrajectoryIngest:
         self.last_commit_at: float | None = None
 
     def poll_once(self, timeout_ms: int | None = None) -> PollReport:
-        """Steps 1-4 for one batch. Raises only when the store itself fails (the daemon
+        """Steps 1-6 for one batch. Raises only when the store itself fails (the daemon
         retries then; nothing was committed, so the batch is read again)."""
+        earlier = self.outbox.drain()
         records = self.reader.poll(
             self.config.poll_timeout_ms if timeout_ms is None else timeout_ms
         )
         if not records:
-            return PollReport(0, IngestResult(0, 0, 0), 0, False)
-        items, dead = [], 0
+            return PollReport(
+                0,
+                IngestResult(0, 0, 0),
+                0,
+                False,
+                dead_letters_sent=earlier.sent,
+                dead_letters_pending=earlier.pending,
+                dead_letter_error=earlier.error,
+            )
+        items: list[IngestItem] = []
+        letters: list[DeadLetter] = []
         for record in records:
             try:
-                trajectory = parse_trajectory(record.value)
+                trajectory = parse_trajectory(record.value, self.config.max_record_bytes)
             except Unreadable as err:
-                self._send_dead_letter(record, err.reason)
-                dead += 1
+                letters.append(self._letter(record, err.code, err.detail))
                 continue
             items.append(
                 ingest_item(
@@ -166,29 +234,96 @@ class TrajectoryIngest:
                     offset=record.offset,
                 )
             )
-        result = self.store.ingest(items, self.config.group, next_positions(records))
+        result, refused = self._store(items, letters, records)
+        letters.extend(refused)
+        now = self.outbox.drain()
         committed = self.reader.commit(self.config.commit_timeout_ms)
         if committed:
             self.last_commit_at = time.time()
-        return PollReport(len(records), result, dead, committed)
-
-    def _send_dead_letter(self, record: Record, reason: str) -> None:
-        headers = [
-            ("reason", reason[:MAX_REASON_CHARS].encode("utf-8", "replace")),
-            ("source_topic", record.topic.encode()),
-            ("source_partition", str(record.partition).encode()),
-            ("source_offset", str(record.offset).encode()),
-        ]
-        self._dead_letter(self.config.dead_letter_topic, record.value, headers)
-        log.warning(
-            "trajectory_dead_lettered",
-            reason=reason[:200],
-            partition=record.partition,
-            offset=record.offset,
+        reasons: dict[str, int] = {}
+        for letter in letters:
+            reasons[letter.reason_code.value] = reasons.get(letter.reason_code.value, 0) + 1
+        sent = dict(earlier.sent)
+        for code, count in now.sent.items():
+            sent[code] = sent.get(code, 0) + count
+        return PollReport(
+            len(records),
+            result,
+            len(letters),
+            committed,
+            dead_letter_reasons=reasons,
+            dead_letters_sent=sent,
+            dead_letters_pending=now.pending,
+            dead_letter_error=now.error or earlier.error,
         )
+
+    def _letter(self, record: Record, code: ReasonCode, detail: str) -> DeadLetter:
+        return dead_letter(
+            record,
+            self.config.group,
+            code,
+            detail,
+            max_value_bytes=self.config.max_dead_letter_bytes,
+        )
+
+    def _store(
+        self,
+        items: list[IngestItem],
+        letters: list[DeadLetter],
+        records: Sequence[Record],
+    ) -> tuple[IngestResult, list[DeadLetter]]:
+        """Step 4; on a data error, isolate the records the store refuses (see the module
+        docstring) and store the rest. Returns the result and the refused records' letters."""
+        group = self.config.group
+        positions = next_positions(records)
+        try:
+            return self.store.ingest(items, group, positions, letters), []
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as err:  # noqa: BLE001 - some record's data: find it
+            log.warning("ingest_batch_refused_isolating", error=_short(err), records=len(items))
+        stored, refused = self._isolate(items)
+        by_source = {(r.topic, r.partition, r.offset): r for r in records}
+        refused_letters = [
+            self._letter(
+                by_source[(item.topic, item.partition, item.offset)],
+                ReasonCode.UNSTORABLE,
+                f"the store refused it: {error}",
+            )
+            for item, error in refused
+        ]
+        self.store.ingest([], group, positions, [*letters, *refused_letters])
+        return stored, refused_letters
+
+    def _isolate(
+        self, items: Sequence[IngestItem]
+    ) -> tuple[IngestResult, list[tuple[IngestItem, str]]]:
+        """Store what the store accepts, halving until each refused record stands alone
+        (log2(n) transactions per poison record). Positions do not move here: the caller
+        moves them once everything is stored or outboxed."""
+        if not items:
+            return IngestResult(0, 0, 0), []
+        try:
+            return self.store.ingest(items, self.config.group, {}), []
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as err:  # noqa: BLE001 - some record's data: split further
+            if len(items) == 1:
+                return IngestResult(0, 0, 0), [(items[0], _short(err))]
+        middle = len(items) // 2
+        left, left_refused = self._isolate(items[:middle])
+        right, right_refused = self._isolate(items[middle:])
+        return left.plus(right), left_refused + right_refused
+
+    def drain_dead_letters(self) -> DrainReport:
+        return self.outbox.drain()
 
     def close(self) -> None:
         self.reader.close()
+
+
+def _short(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:300]
 
 
 def next_positions(records: Sequence[Record]) -> dict[tuple[str, int], int]:

@@ -35,7 +35,7 @@ import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -69,6 +69,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from harness_r1.consumers.packets import is_failure
 from harness_r1.contracts import Trajectory
+from harness_r1.daemon.deadletter import DeadLetter, ReasonCode
 from harness_r1.deploy.sqlbase import (
     DEFAULT_BUSY_TIMEOUT_MS,
     SqlDatabase,
@@ -140,6 +141,19 @@ class IngestResult:
     new: int
     duplicates: int
     failures: int
+    #: New rows by (env, outcome), outcome "success" or "failure" (`is_failure`).
+    by_env: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def plus(self, other: IngestResult) -> IngestResult:
+        by_env = dict(self.by_env)
+        for key, count in other.by_env.items():
+            by_env[key] = by_env.get(key, 0) + count
+        return IngestResult(
+            self.new + other.new,
+            self.duplicates + other.duplicates,
+            self.failures + other.failures,
+            by_env,
+        )
 
 
 @dataclass(frozen=True)
@@ -326,6 +340,37 @@ class _PositionRow(StoreBase):
     kafka_partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     next_offset: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class _DeadLetterRow(StoreBase):
+    """The dead-letter outbox: written with the positions that move past the record, deleted
+    once the dead-letter topic acknowledged it (see `harness_r1.daemon.deadletter`)."""
+
+    __tablename__ = "daemon_dead_letters"
+    __table_args__ = (
+        Index(
+            "daemon_dead_letters_source",
+            "consumer_group",
+            "kafka_topic",
+            "kafka_partition",
+            "kafka_offset",
+            unique=True,
+        ),
+    )
+
+    row_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    consumer_group: Mapped[str] = mapped_column(String(255))
+    kafka_topic: Mapped[str] = mapped_column(String(255))
+    kafka_partition: Mapped[int] = mapped_column(Integer)
+    kafka_offset: Mapped[int] = mapped_column(BigInteger)
+    timestamp_ms: Mapped[int] = mapped_column(BigInteger)
+    record_key: Mapped[bytes | None] = mapped_column(LargeBinary)
+    headers_json: Mapped[str] = mapped_column(Text)
+    value: Mapped[bytes] = mapped_column(LargeBinary)
+    original_size: Mapped[int] = mapped_column(BigInteger)
+    reason_code: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _PacketRow(StoreBase):
@@ -553,11 +598,45 @@ def _migrate_v2(conn: Connection) -> None:
     )
 
 
+def _migrate_v3(conn: Connection) -> None:
+    """The dead-letter outbox: a dead letter becomes durable in the same transaction as the
+    positions that pass its record, so it is published once however often a batch is
+    retried (it used to be published before the transaction, again on every retry)."""
+    metadata = MetaData()
+    Table(
+        "daemon_dead_letters",
+        metadata,
+        Column("row_id", Integer, primary_key=True, autoincrement=True),
+        Column("consumer_group", String(255), nullable=False),
+        Column("kafka_topic", String(255), nullable=False),
+        Column("kafka_partition", Integer, nullable=False),
+        Column("kafka_offset", BigInteger, nullable=False),
+        Column("timestamp_ms", BigInteger, nullable=False),
+        Column("record_key", LargeBinary),
+        Column("headers_json", Text, nullable=False),
+        Column("value", LargeBinary, nullable=False),
+        Column("original_size", BigInteger, nullable=False),
+        Column("reason_code", String(32), nullable=False),
+        Column("detail", Text, nullable=False),
+        Column("created_at", _tz(), nullable=False),
+        Index(
+            "daemon_dead_letters_source",
+            "consumer_group",
+            "kafka_topic",
+            "kafka_partition",
+            "kafka_offset",
+            unique=True,
+        ),
+    )
+    metadata.create_all(conn, checkfirst=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "trajectories, positions, failure buffer, batches, results, groups", _migrate_v1),
     Migration(
         2, "index trajectories(harness_version, consumed_at) for the live guard", _migrate_v2
     ),
+    Migration(3, "the dead-letter outbox", _migrate_v3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -668,6 +747,22 @@ def _to_candidate(row: _CandidateRowModel) -> CandidateRow:
     )
 
 
+def _to_dead_letter(row: _DeadLetterRow) -> DeadLetter:
+    return DeadLetter(
+        group=row.consumer_group,
+        topic=row.kafka_topic,
+        partition=row.kafka_partition,
+        offset=int(row.kafka_offset),
+        timestamp_ms=int(row.timestamp_ms),
+        key=row.record_key,
+        headers=DeadLetter.headers_from_json(row.headers_json),
+        value=bytes(row.value),
+        original_size=int(row.original_size),
+        reason_code=ReasonCode(row.reason_code),
+        detail=row.detail,
+    )
+
+
 def _trajectory_values(item: IngestItem, now: datetime) -> dict[str, Any]:
     return {
         "trajectory_id": item.trajectory_id,
@@ -769,7 +864,11 @@ class StateStore(SqlDatabase):
     # -- ingest --
 
     def ingest(
-        self, items: Sequence[IngestItem], group: str, positions: Mapping[tuple[str, int], int]
+        self,
+        items: Sequence[IngestItem],
+        group: str,
+        positions: Mapping[tuple[str, int], int],
+        dead_letters: Sequence[DeadLetter] = (),
     ) -> IngestResult:
         """Store new trajectories, buffer the new failures, move `group`'s positions: together.
 
@@ -778,7 +877,8 @@ class StateStore(SqlDatabase):
         Dedup is by trajectory_id (`ON CONFLICT DO NOTHING`, so two daemons ingesting the same
         record at once cannot fail each other either); a copy repeated within `items` counts as
         a duplicate. Only a newly stored failure enters a buffer: a redelivered one is already
-        there, or already batched.
+        there, or already batched. `dead_letters` enter the outbox in the same transaction
+        (once per source record: a repeated one is ignored).
         """
         unique: dict[str, IngestItem] = {}
         for item in items:
@@ -803,9 +903,18 @@ class StateStore(SqlDatabase):
                         for item in failed
                     ],
                 )
+            self._insert_dead_letters(session, dead_letters, now)
             self._upsert_positions(session, group, positions, now)
+        by_env: dict[tuple[str, str], int] = {}
+        for item in unique.values():
+            if item.trajectory_id in inserted:
+                key = (item.env, "failure" if item.failed else "success")
+                by_env[key] = by_env.get(key, 0) + 1
         return IngestResult(
-            new=len(inserted), duplicates=len(items) - len(inserted), failures=len(failed)
+            new=len(inserted),
+            duplicates=len(items) - len(inserted),
+            failures=len(failed),
+            by_env=by_env,
         )
 
     def _insert_trajectories(
@@ -867,6 +976,56 @@ class StateStore(SqlDatabase):
             },
         )
         session.execute(statement)
+
+    def _insert_dead_letters(
+        self, session: Session, letters: Sequence[DeadLetter], now: datetime
+    ) -> None:
+        if not letters:
+            return
+        table = StoreBase.metadata.tables[_DeadLetterRow.__tablename__]
+        statement = self._insert(table).on_conflict_do_nothing(
+            index_elements=["consumer_group", "kafka_topic", "kafka_partition", "kafka_offset"]
+        )
+        rows = [
+            {
+                "consumer_group": letter.group,
+                "kafka_topic": letter.topic,
+                "kafka_partition": letter.partition,
+                "kafka_offset": letter.offset,
+                "timestamp_ms": letter.timestamp_ms,
+                "record_key": letter.key,
+                "headers_json": letter.headers_json(),
+                "value": letter.value,
+                "original_size": letter.original_size,
+                "reason_code": letter.reason_code.value,
+                "detail": letter.detail,
+                "created_at": now,
+            }
+            for letter in letters
+        ]
+        session.connection().execute(statement, rows)
+
+    def pending_dead_letters(self, limit: int = 1_000) -> builtins.list[tuple[int, DeadLetter]]:
+        """Dead letters not yet acknowledged by the dead-letter topic, oldest first."""
+        query = select(_DeadLetterRow).order_by(_DeadLetterRow.row_id).limit(limit)
+        with self._read() as session:
+            return [(row.row_id, _to_dead_letter(row)) for row in session.scalars(query)]
+
+    def delete_dead_letters(self, row_ids: Sequence[int]) -> int:
+        """Forget dead letters the topic acknowledged."""
+        deleted = 0
+        with self._write() as session:
+            for chunk in _chunks(list(row_ids)):
+                deleted += self._rowcount(
+                    session, delete(_DeadLetterRow).where(_DeadLetterRow.row_id.in_(chunk))
+                )
+        return deleted
+
+    def count_pending_dead_letters(self) -> int:
+        with self._read() as session:
+            return int(
+                session.execute(select(func.count()).select_from(_DeadLetterRow)).scalar_one()
+            )
 
     def advance_positions(self, group: str, positions: Mapping[tuple[str, int], int]) -> None:
         """Move positions without storing anything (records that went to the dead-letter

@@ -422,14 +422,14 @@ def test_a_version_1_database_upgrades_in_place(db_url: str) -> None:
                 {"at": datetime(2026, 1, 1)},
             )
         with StateStore(db_url) as store:
-            assert store.schema_version() == 2
+            assert store.schema_version() == SCHEMA_VERSION
             assert store.positions("g") == {("t", 0): 42}
             fill(store, 1)
             assert store.success_counts(["base"]) == {"base": (1, 0)}
         assert "daemon_trajectories_guard" in _index_names(engine, "daemon_trajectories")
         with engine.connect() as conn:
             versions = conn.execute(text("SELECT version FROM daemon_schema_version")).scalars()
-            assert sorted(versions) == [1, 2]
+            assert sorted(versions) == list(range(1, SCHEMA_VERSION + 1))
     finally:
         engine.dispose()
 
@@ -447,7 +447,7 @@ def test_a_newer_schema_is_refused(store: StateStore, db_url: str) -> None:
             )
     finally:
         engine.dispose()
-    with pytest.raises(SchemaTooNew, match="version 99.*up to 2"):
+    with pytest.raises(SchemaTooNew, match=f"version 99.*up to {SCHEMA_VERSION}"):
         StateStore(db_url)
 
 
