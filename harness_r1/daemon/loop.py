@@ -86,11 +86,20 @@ class BatchOutcome:
 
 
 class TaskIndex:
-    """TaskSpecs by (env, split, task_id), loaded once per split from the data root."""
+    """TaskSpecs by (env, split, task_id), loaded once per split from the data root.
 
-    def __init__(self, data_root: Path) -> None:
-        self.data_root = data_root
+    The root may be given as a function, resolved on first use: a daemon that only ingests
+    (or has not sealed a batch yet) must start without benchmark data."""
+
+    def __init__(self, data_root: Path | Callable[[], Path]) -> None:
+        self._root = data_root
         self._splits: dict[tuple[str, str], list[TaskSpec]] = {}
+
+    @property
+    def data_root(self) -> Path:
+        if callable(self._root):
+            self._root = self._root()
+        return self._root
 
     def split(self, env: str, split: str) -> list[TaskSpec]:
         key = (env, split)

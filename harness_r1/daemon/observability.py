@@ -33,10 +33,31 @@ from prometheus_client import (
     Gauge,
     Histogram,
     Info,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 
+from harness_r1.daemon.deadletter import REASON_CODES
+from harness_r1.envs import ENV_NAMES
+
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+#: Label values known in advance: their series exist (at 0) from the first scrape, so a rate()
+#: or an alert on them works before the first event. An env outside ENV_NAMES is "other".
+ENV_LABELS = (*ENV_NAMES, "other")
+OUTCOMES = ("success", "failure")
+BROKER_OPS = ("poll", "commit", "dead_letter", "send")
+BATCH_STATES = ("sealed", "done", "failed", "retried")
+GATE_VERDICTS = ("promote", "reject", "inconclusive")
+QUEUES = ("pending_batches", "running_batches", "dead_letters")
+# Loggers of libraries whose INFO lines are routine chatter (kafka-python logs every
+# connection and metadata refresh: ~65% of a daemon's log at info); they log warnings up.
+QUIET_LIBRARIES = ("kafka", "apscheduler.scheduler", "apscheduler.executors")
+
+
+def env_label(env: str) -> str:
+    """The metric label of an env name read from a record: bounded to the known envs."""
+    return env if env in ENV_NAMES else "other"
 # Candidate minus base success rate on the same tasks: -1 (every task lost) to 1 (every task
 # won), finer near 0 where most candidates land.
 CANARY_DELTA_BUCKETS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -95,6 +116,8 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level_no)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(level_no, logging.WARNING))
     return handler
 
 
@@ -115,7 +138,8 @@ class DaemonMetrics:
             raise ValueError(f"win_window must be >= 1 candidates, got {win_window}")
         self.trajectories_consumed = Counter(
             "harness_r1_trajectories_consumed",
-            "Trajectories read from Kafka, by env and outcome (success, failure, invalid)",
+            "Trajectories stored (new ones, not redelivered copies), by env and outcome "
+            "(success, failure); records that are not stored are in dead_lettered",
             ["env", "outcome"],
             registry=registry,
         )
@@ -126,7 +150,9 @@ class DaemonMetrics:
         )
         self.dead_lettered = Counter(
             "harness_r1_dead_lettered",
-            "Records sent to the dead-letter topic, by reason (parse, schema, processing, ...)",
+            "Records published to the dead-letter topic, by reason ("
+            + ", ".join(REASON_CODES)
+            + ")",
             ["reason"],
             registry=registry,
         )
@@ -189,8 +215,14 @@ class DaemonMetrics:
         )
         self.consumer_lag = Gauge(
             "harness_r1_consumer_lag",
-            "Records behind the end of the topic, summed over this consumer's partitions",
-            ["topic"],
+            "Records behind the end of the log (high watermark), by topic and partition",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.store_errors = Counter(
+            "harness_r1_store_errors",
+            "State-store transactions that failed (the batch is read again), by operation",
+            ["op"],
             registry=registry,
         )
         self.last_commit_timestamp = Gauge(
@@ -200,7 +232,7 @@ class DaemonMetrics:
         )
         self.broker_errors = Counter(
             "harness_r1_broker_errors",
-            "Kafka operations that failed, by operation (poll, commit, send, admin, ...)",
+            "Kafka operations that failed, by operation (" + ", ".join(BROKER_OPS) + ")",
             ["op"],
             registry=registry,
         )
@@ -219,11 +251,35 @@ class DaemonMetrics:
         self._window = win_window
         self._recent: dict[str, deque[bool]] = {}
         self._lock = threading.Lock()
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        self._initialise_series()
+
+    def _initialise_series(self) -> None:
+        """Create every series whose label values are known, at zero (see ENV_LABELS)."""
+        for env in ENV_LABELS:
+            for outcome in OUTCOMES:
+                self.trajectories_consumed.labels(env=env, outcome=outcome)
+            self.failures_buffered.labels(env=env)
+            self.canary_delta.labels(env=env)
+            self.patch_win_rate.labels(env=env)
+        for reason in REASON_CODES:
+            self.dead_lettered.labels(reason=reason)
+        for op in BROKER_OPS:
+            self.broker_errors.labels(op=op)
+        for state in BATCH_STATES:
+            self.batches.labels(state=state)
+        for verdict in GATE_VERDICTS:
+            self.gate_decisions.labels(verdict=verdict)
+        for queue in QUEUES:
+            self.queue_depth.labels(queue=queue)
+        self.store_errors.labels(op="ingest")
 
     def observe_canary(self, env: str, delta: float) -> None:
         """One canaried candidate: its delta goes into the histogram and the env's win rate
         over the last `win_window` candidates is updated (canary workers may call it from
         several threads)."""
+        env = env_label(env)
         self.canary_delta.labels(env=env).observe(delta)
         with self._lock:
             recent = self._recent.setdefault(env, deque(maxlen=self._window))

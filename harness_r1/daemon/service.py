@@ -57,7 +57,8 @@ class DaemonConfig:
     drain_timeout_s: float = 30.0
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
-    lag_interval_s: float = 5.0
+    lag_interval_s: float = 1.0  # lag is re-read after a poll (failing or not) this often
+    stuck_after_s: float = 60.0  # a partition behind its end that long without progress
     announce_interval_s: float = 20 * 60.0  # a third of a release's validity (1 h)
     jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
 
@@ -67,10 +68,38 @@ class IngestSink:
 
     def polled(self, report: PollReport) -> None: ...
     def store_error(self) -> None: ...
-    def lag(self, lag: dict[str, int]) -> None: ...
+    def lag(self, lag: dict[str, int]) -> None: ...  # by "topic:partition"
     def committed(self, at: float) -> None: ...
     def queue_depth(self, pending: int, running: int) -> None: ...
     def broker_error(self, op: str) -> None: ...
+
+
+class PartitionProgress:
+    """Which partitions are behind their end without moving: what /readyz names."""
+
+    def __init__(self, stuck_after_s: float) -> None:
+        self.stuck_after_s = stuck_after_s
+        self._since: dict[str, tuple[int, float]] = {}  # key -> (position, since when)
+        self._lag: dict[str, int] = {}
+
+    def observe(self, positions: dict[str, int], lag: dict[str, int], now: float) -> None:
+        self._lag = dict(lag)
+        for key in lag:
+            position = positions.get(key, 0)
+            seen = self._since.get(key)
+            if seen is None or seen[0] != position:
+                self._since[key] = (position, now)
+
+    def stuck(self, now: float) -> list[str]:
+        lines = []
+        for key, behind in sorted(self._lag.items()):
+            position, since = self._since.get(key, (0, now))
+            if behind > 0 and now - since >= self.stuck_after_s:
+                lines.append(
+                    f"partition {key} stuck at offset {position}, {behind} records behind, "
+                    f"no progress for {now - since:.0f} s"
+                )
+        return lines
 
 
 class Daemon:
@@ -100,6 +129,8 @@ class Daemon:
             for i in range(self.config.canary_workers)
         ]
         self._store_ok = True
+        self._store_error: str | None = None
+        self._progress = PartitionProgress(self.config.stuck_after_s)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -162,6 +193,10 @@ class Daemon:
             return False, "state store failing"
         if not self.ingest.reader.connected:
             return False, f"broker unreachable: {self.ingest.reader.last_error or 'connecting'}"
+        why = self._store_error or self.ingest.reader.last_error or "no error reported"
+        stuck = self._progress.stuck(time.monotonic())
+        if stuck:
+            return False, "; ".join(f"{line} ({why})" for line in stuck)
         return True, "ok"
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -177,10 +212,14 @@ class Daemon:
         lag_at = 0.0
         was_connected = True
         while not self._stop.is_set():
+            if time.monotonic() - lag_at >= self.config.lag_interval_s:
+                lag_at = time.monotonic()
+                self._update_lag(self.ingest)
             try:
                 report = self.ingest.poll_once()
             except Exception as err:  # noqa: BLE001 - the store failed: retry with backoff
                 self._store_ok = False
+                self._store_error = f"state store: {type(err).__name__}: {err}"[:300]
                 self.sink.store_error()
                 log.error("ingest_store_error", error=f"{type(err).__name__}: {err}"[:500])
                 self._stop.wait(backoff)
@@ -190,6 +229,7 @@ class Daemon:
                 self.ingest = self._reopen_ingest(self.ingest)
                 continue
             self._store_ok = True
+            self._store_error = None
             backoff = self.config.backoff_initial_s
             self.sink.polled(report)
             connected = self.ingest.reader.connected
@@ -203,9 +243,15 @@ class Daemon:
                 self.sink.broker_error("commit")
             if report.committed and self.ingest.last_commit_at is not None:
                 self.sink.committed(self.ingest.last_commit_at)
-            if time.monotonic() - lag_at >= self.config.lag_interval_s:
-                lag_at = time.monotonic()
-                self.sink.lag(self.ingest.reader.lag())
+
+    def _update_lag(self, ingest: TrajectoryIngest) -> None:
+        """Lag per partition, and what readiness needs to name a stuck partition. Runs
+        whether the last poll worked or not: lag matters most while ingest fails."""
+        lag = ingest.reader.partition_lag()
+        if not lag:
+            return  # the broker did not answer: keep the last known values
+        self.sink.lag(lag)
+        self._progress.observe(ingest.reader.positions(), lag, time.monotonic())
 
     def _reopen_ingest(self, old: TrajectoryIngest) -> TrajectoryIngest:
         old.close()

@@ -38,6 +38,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from harness_r1.consumers.kafka import KafkaSecurity
 from harness_r1.envs.data import default_data_root
 
 ENV_PREFIX = "HARNESS_R1_"
@@ -77,14 +78,29 @@ class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+SecurityProtocol = Annotated[
+    Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"], BeforeValidator(_upper)
+]
+SaslMechanism = Annotated[
+    Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], BeforeValidator(_upper)
+]
+
+
 class KafkaOptions(_Group):
     """The daemon's Kafka clients (the brokers themselves are `kafka_bootstrap`)."""
 
     group_id: str = Field(
         default="harness-r1-daemon",
         min_length=1,
-        description="Consumer group of the daemon's trajectory consumer; daemons sharing it "
-        "split the partitions between them.",
+        description="Name under which the daemon's trajectory reader stores its positions "
+        "(in the state store) and commits offsets (for lag tools). One ingesting daemon per "
+        "group: a second one started with the same group on the same state store waits as a "
+        "hot standby and takes over when the first stops; canary workers on other hosts "
+        "share the store's batch queue instead.",
     )
     client_id: str = Field(
         default="harness-r1-daemon",
@@ -124,9 +140,33 @@ class KafkaOptions(_Group):
         min_length=1,
         description="Canary work items leased by canary workers.",
     )
+    max_record_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="A trajectory record larger than this is dead-lettered as too_large.",
+    )
+    security_protocol: SecurityProtocol = Field(
+        default="PLAINTEXT",
+        description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; used by every Kafka client "
+        "(a warning at start when plaintext goes to a broker off this host).",
+    )
+    sasl_mechanism: SaslMechanism | None = Field(
+        default=None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols)."
+    )
+    sasl_username: str | None = Field(default=None, description="SASL user name.")
     sasl_password: SecretStr | None = Field(
         default=None,
         description="SASL password when the brokers require it; never logged or shown.",
+    )
+    ssl_cafile: Path | None = Field(
+        default=None, description="CA bundle that verifies the brokers (default: system store)."
+    )
+    ssl_certfile: Path | None = Field(
+        default=None, description="Client certificate (PEM) for mutual TLS."
+    )
+    ssl_keyfile: Path | None = Field(default=None, description="Key of ssl_certfile (PEM).")
+    ssl_check_hostname: bool = Field(
+        default=True, description="Check that a broker's certificate names its host."
     )
     backoff_initial_s: float = Field(
         default=0.5, gt=0, description="First wait after a broker error; doubles per retry."
@@ -134,6 +174,26 @@ class KafkaOptions(_Group):
     backoff_max_s: float = Field(
         default=30.0, gt=0, description="Longest wait between retries after broker errors."
     )
+
+    def security(self) -> KafkaSecurity:
+        """The clients' security setup (checked: SASL needs its three fields, TLS files
+        need a TLS protocol)."""
+        password = self.sasl_password.get_secret_value() if self.sasl_password else None
+        return KafkaSecurity(
+            protocol=self.security_protocol,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=password,
+            ssl_cafile=str(self.ssl_cafile) if self.ssl_cafile else None,
+            ssl_certfile=str(self.ssl_certfile) if self.ssl_certfile else None,
+            ssl_keyfile=str(self.ssl_keyfile) if self.ssl_keyfile else None,
+            ssl_check_hostname=self.ssl_check_hostname,
+        )
+
+    @model_validator(mode="after")
+    def _security_consistent(self) -> Self:
+        self.security()  # raises ValueError with what to fix
+        return self
 
     @model_validator(mode="after")
     def _backoff_order(self) -> Self:

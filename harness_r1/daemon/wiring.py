@@ -27,7 +27,7 @@ from harness_r1.contracts import CanaryReport
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, LoopMetricsSink, TaskIndex
-from harness_r1.daemon.observability import DaemonMetrics, HealthServer
+from harness_r1.daemon.observability import DaemonMetrics, HealthServer, env_label
 from harness_r1.daemon.proposers import EngineerProposer, Proposer, TemplateProposer
 from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
 from harness_r1.daemon.settings import Settings
@@ -65,22 +65,27 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
 
     def polled(self, report: PollReport) -> None:
         self.m.duplicates.inc(report.result.duplicates)
-        if report.dead_lettered:
-            self.m.dead_lettered.labels(reason="unreadable").inc(report.dead_lettered)
-        if report.result.new:
-            self.m.trajectories_consumed.labels(env="all", outcome="new").inc(report.result.new)
-        if report.result.failures:
-            self.m.failures_buffered.labels(env="all").inc(report.result.failures)
+        for reason, count in report.dead_letters_sent.items():
+            self.m.dead_lettered.labels(reason=reason).inc(count)
+        for (env, outcome), count in report.result.by_env.items():
+            label = env_label(env)
+            self.m.trajectories_consumed.labels(env=label, outcome=outcome).inc(count)
+            if outcome == "failure":
+                self.m.failures_buffered.labels(env=label).inc(count)
+        self.m.queue_depth.labels(queue="dead_letters").set(report.dead_letters_pending)
+        if report.dead_letter_error is not None:
+            self.m.broker_errors.labels(op="dead_letter").inc()
 
     def store_error(self) -> None:
-        self.m.broker_errors.labels(op="store").inc()
+        self.m.store_errors.labels(op="ingest").inc()
 
     def broker_error(self, op: str) -> None:
         self.m.broker_errors.labels(op=op).inc()
 
     def lag(self, lag: dict[str, int]) -> None:
-        for topic, behind in lag.items():
-            self.m.consumer_lag.labels(topic=topic).set(behind)
+        for key, behind in lag.items():
+            topic, _, partition = key.rpartition(":")
+            self.m.consumer_lag.labels(topic=topic, partition=partition).set(behind)
 
     def committed(self, at: float) -> None:
         self.m.last_commit_timestamp.set(at)
@@ -107,9 +112,9 @@ class _Serialized:
 class CanaryRunners:
     """One canary runner per env over the frozen target, built on first use (thread-safe)."""
 
-    def __init__(self, settings: Settings, data_root: Path) -> None:
+    def __init__(self, settings: Settings, data_root: Callable[[], Path]) -> None:
         self.settings = settings
-        self.data_root = data_root
+        self._data_root = data_root
         self._runners: dict[str, Evaluator] = {}
         self._lock = threading.Lock()
 
@@ -143,12 +148,26 @@ class CanaryRunners:
         config = RunConfig(
             agent_id="canary", max_steps=loop.max_steps, history_turns=loop.history_turns
         )
-        runtime = HarnessRuntime(get_suite(env), policy, self.data_root, config)
+        runtime = HarnessRuntime(get_suite(env), policy, self._data_root(), config)
         return CanaryRunner(
             runtime,
             lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
             static_validator,
         )
+
+
+def _lazy_data_root(settings: Settings) -> Callable[[], Path]:
+    """The data root, looked up when a batch first needs tasks: ingesting needs no benchmark
+    data. Missing data then fails that batch with the same message, as an error a worker
+    thread reports (SystemExit would end the thread without a word)."""
+
+    def resolve() -> Path:
+        try:
+            return settings.data_root()
+        except SystemExit as err:
+            raise RuntimeError(str(err)) from None
+
+    return resolve
 
 
 def build_proposer(settings: Settings, adapter: Path | None = None) -> Proposer:
@@ -183,6 +202,8 @@ class Built:
 
 
 def kafka_settings(settings: Settings) -> KafkaSettings:
+    """The Kafka client settings of every client the daemon and the CLI build (security
+    included)."""
     options = settings.kafka
     return KafkaSettings(
         bootstrap=settings.require_bootstrap(),
@@ -190,6 +211,7 @@ def kafka_settings(settings: Settings) -> KafkaSettings:
         request_timeout_ms=options.request_timeout_ms,
         poll_timeout_ms=options.poll_timeout_ms,
         send_timeout_s=max(10.0, options.request_timeout_ms / 1000),
+        security=options.security(),
     )
 
 
@@ -230,6 +252,9 @@ def build_daemon(
     extra_topics: Sequence[str] = (),
 ) -> Built:
     kafka = kafka_settings(settings)
+    warning = kafka.plaintext_warning()
+    if warning is not None:
+        log.warning("kafka_plaintext", detail=warning)
     topics = [
         settings.trajectory_topic,
         settings.release_topic,
@@ -250,8 +275,22 @@ def build_daemon(
     def send(topic: str, value: bytes, key_bytes: bytes | None) -> None:
         publish(producer, topic, value, key=key_bytes, timeout_s=kafka.send_timeout_s)
 
-    def dead_letter(topic: str, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
-        publish(producer, topic, value, headers=headers, timeout_s=kafka.send_timeout_s)
+    def dead_letter(
+        topic: str,
+        value: bytes,
+        key_bytes: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+        timestamp_ms: int,
+    ) -> None:
+        publish(
+            producer,
+            topic,
+            value,
+            key=key_bytes,
+            headers=headers,
+            timeout_s=kafka.send_timeout_s,
+            timestamp_ms=timestamp_ms,
+        )
 
     def event(body: dict[str, Any]) -> None:
         import json
@@ -273,8 +312,8 @@ def build_daemon(
         store,
         overlays,
         proposer or build_proposer(settings),
-        canary_for or CanaryRunners(settings, settings.data_root()),
-        TaskIndex(settings.data_root()),
+        canary_for or CanaryRunners(settings, _lazy_data_root(settings)),
+        TaskIndex(_lazy_data_root(settings)),
         loop_config(settings),
         publisher,
         adapter,
@@ -288,6 +327,7 @@ def build_daemon(
         commit_timeout_ms=settings.kafka.commit_timeout_ms,
         poll_timeout_ms=settings.kafka.poll_timeout_ms,
         max_poll_records=settings.kafka.max_poll_records,
+        max_record_bytes=settings.kafka.max_record_bytes,
     )
     scheduler = settings.scheduler
     daemon = Daemon(

@@ -27,7 +27,13 @@ def test_show_merges_file_and_env_and_masks_secrets(tmp_path: Path) -> None:
         "loop:\n  batch_size: 3\n  target_api_key: sk-from-yaml\nmetrics:\n  port: 0\n",
         encoding="utf-8",
     )
-    env = {"HARNESS_R1_LOOP__K": "6", "HARNESS_R1_KAFKA__SASL_PASSWORD": "pw-from-env"}
+    env = {
+        "HARNESS_R1_LOOP__K": "6",
+        "HARNESS_R1_KAFKA__SASL_PASSWORD": "pw-from-env",
+        "HARNESS_R1_KAFKA__SASL_USERNAME": "daemon",
+        "HARNESS_R1_KAFKA__SASL_MECHANISM": "PLAIN",
+        "HARNESS_R1_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+    }
     result = runner.invoke(config_app, ["show", "--config", str(config)], env=env)
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)

@@ -107,6 +107,9 @@ def test_secrets_are_masked_and_never_in_repr(
 ) -> None:
     config = write_yaml(tmp_path / "d.yaml", {"loop": {"engineer_api_key": "sk-yaml-secret"}})
     clean_env.setenv("HARNESS_R1_KAFKA__SASL_PASSWORD", "hunter2-env-secret")
+    clean_env.setenv("HARNESS_R1_KAFKA__SECURITY_PROTOCOL", "sasl_ssl")
+    clean_env.setenv("HARNESS_R1_KAFKA__SASL_MECHANISM", "scram-sha-512")
+    clean_env.setenv("HARNESS_R1_KAFKA__SASL_USERNAME", "daemon")
     clean_env.setenv("HARNESS_R1_CACHE", str(tmp_path / "cache"))
     settings = Settings.from_file(config)
 
@@ -121,6 +124,7 @@ def test_secrets_are_masked_and_never_in_repr(
         assert "sk-yaml-secret" not in text
     assert settings.kafka.sasl_password is not None
     assert settings.kafka.sasl_password.get_secret_value() == "hunter2-env-secret"
+    assert "hunter2-env-secret" not in repr(settings.kafka.security())
 
 
 def test_bad_value_names_the_field_and_how_to_fix_it(clean_env: pytest.MonkeyPatch) -> None:
