@@ -2,6 +2,8 @@
 
 list/show/diff read the registry only; release/rollback/pin/pause/resume sign a message,
 publish it on Kafka and record it in the registry (who, why, the seq it went out with).
+A control command that was published exits 0: recording it races with the daemon's control
+follower, and whichever is second finds it done (`deploy/publisher.py` `record_control`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,14 @@ def _control(command: str, target: str, actor: str, reason: str, **ids: str | No
     finally:
         producer.close(timeout=10)
     typer.echo(sent.model_dump_json(indent=2))
+    # Published means done (agents obey it): exit 0 whatever recording came to. The daemon
+    # may have recorded it first ("already_applied"), which is expected.
+    if publisher.last_recorded == "not_recorded":
+        typer.echo(
+            f"note: published seq {sent.seq}, but the registry could not be written; the "
+            "daemon's control follower records it when it reads the control topic",
+            err=True,
+        )
 
 
 @overlay_app.command("release")

@@ -4,24 +4,35 @@ Order of operations: plan (validate the registry transition), allocate the seq, 
 and wait for the broker's ack, and only then record the new state in the registry. A publish
 that fails leaves the registry as it was (a seq is then skipped, which clients tolerate:
 they need seqs to grow, not to be dense).
+
+Recording after the publish never fails on a race: the daemon's control follower may have read
+the command from the topic and recorded it first (expected), another operator's newer command
+may have been recorded meanwhile, the live guard may have moved the overlay. `record_control`
+(shared with the follower) and the release moves are conditional and run in one registry
+transaction each. A command that went out is never reported as failed: if the registry cannot
+be written at all, the publisher logs it and the daemon's follower records it from the topic.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy.exc import SQLAlchemyError
 
 from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC
 from harness_r1.deploy.registry import (
     InvalidTransition,
+    OverlayRecord,
     OverlayRegistry,
     OverlayState,
+    RegistryError,
+    UnknownOverlay,
     check_transition,
 )
 from harness_r1.deploy.signing import Signer, seal
@@ -109,6 +120,10 @@ class Publisher:
         # (a canary worker releasing, the guard job promoting) cannot publish out of seq order
         # (clients would refuse the lower seq as a replay). Across processes: one publisher.
         self._lock = threading.RLock()
+        #: What recording the latest control command in the registry came to (see
+        #: record_control); "not_recorded" when the registry could not be written (the
+        #: daemon's control follower records it from the topic).
+        self.last_recorded: str | None = None
 
     def release(
         self, overlay_id: str, *, fraction: float = 1.0, actor: str, reason: str
@@ -142,24 +157,40 @@ class Publisher:
             parent_overlay_id=record.parent_overlay_id,
         )
         self._publish(self.config.release_topic, payload)
-        for state in moves:
-            self.registry.transition(
-                overlay_id,
-                state,
-                actor=actor,
-                reason=reason,
-                evidence={"seq": payload.seq, "rollout_fraction": fraction},
-            )
-        if not moves and record.evidence.get("rollout_fraction") != fraction:
-            # a canary released again at another fraction (widened by an operator): record it,
-            # or re-announcements would go on publishing the old fraction
-            self.registry.record_event(
-                overlay_id,
-                actor=actor,
-                reason=reason,
-                evidence={"seq": payload.seq, "rollout_fraction": fraction},
-                merge_evidence=True,
-            )
+        evidence = {"seq": payload.seq, "rollout_fraction": fraction}
+        with self.registry.transaction():
+            # Each move only from the state planned above: if another writer moved the overlay
+            # meanwhile (an operator rolled it back), the release does not bring it back.
+            expected: OverlayState = record.state
+            for state in moves:
+                moved = self.registry.transition_if(
+                    overlay_id,
+                    state,
+                    expect={expected},
+                    actor=actor,
+                    reason=reason,
+                    evidence=evidence,
+                )
+                if moved is None:
+                    log.warning(
+                        "overlay_release_not_recorded",
+                        overlay_id=overlay_id,
+                        seq=payload.seq,
+                        state=str(self.registry.get(overlay_id).state),
+                        wanted=str(state),
+                    )
+                    break
+                expected = state
+            if not moves and record.evidence.get("rollout_fraction") != fraction:
+                # a canary released again at another fraction (widened by an operator): record
+                # it, or re-announcements would go on publishing the old fraction
+                self.registry.record_event(
+                    overlay_id,
+                    actor=actor,
+                    reason=reason,
+                    evidence=evidence,
+                    merge_evidence=True,
+                )
         stage = "full" if to_state is OverlayState.ACTIVE else "canary"
         if self._metrics:
             self._metrics.releases.labels(stage=stage).inc()
@@ -234,7 +265,7 @@ class Publisher:
             reason=reason,
         )
         self._publish(self.config.control_topic, payload)
-        self._record_control(payload)
+        self.last_recorded = self._record_control(payload)
         if self._metrics:
             self._metrics.controls.labels(command=command.value).inc()
             if command is ControlKind.ROLLBACK:
@@ -258,74 +289,181 @@ class Publisher:
                 return found[0].overlay_id
         return None
 
-    def _record_control(self, command: ControlCommand) -> None:
-        registry = self.registry
-        why = {"actor": command.actor, "reason": command.reason}
-        evidence: dict[str, object] = {"command": command.command.value, "seq": command.seq}
-        if command.command is ControlKind.ROLLBACK:
-            revoked = command.revoke_overlay_id
-            was_active = False
-            if revoked is not None:
-                state = registry.get(revoked).state
-                was_active = state is OverlayState.ACTIVE
-                if state in (OverlayState.CANARY, OverlayState.ACTIVE):
-                    registry.transition(revoked, OverlayState.ROLLED_BACK, evidence=evidence, **why)
-            if command.overlay_id == BASE:
-                self._retire_active(command.target, evidence, **why)
-            elif command.overlay_id is not None:
-                self._activate(command.overlay_id, evidence, **why)
-            elif was_active and revoked is not None:
-                previous = self._superseded_by(revoked)
-                if previous is not None:
-                    self._activate(previous, evidence, **why)
-        elif command.command is ControlKind.PIN and command.overlay_id == BASE:
-            self._retire_active(command.target, evidence, **why)
-        elif command.command is ControlKind.PIN and command.overlay_id is not None:
-            self._activate(command.overlay_id, evidence, **why)
-            registry.record_event(
-                command.overlay_id, evidence=evidence, actor=command.actor, reason=command.reason
-            )
-        else:
-            active = registry.active(command.target)
-            if active is not None:
-                registry.record_event(
-                    active.overlay_id,
-                    evidence=evidence,
-                    actor=command.actor,
-                    reason=command.reason,
+    def _record_control(self, command: ControlCommand) -> str:
+        """Record a published command; never raises (the command is out: agents obey it).
+
+        A database that stays locked or away is retried a few times and then left to the
+        daemon's control follower, which records the command when it reads it from the topic."""
+        for attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                result = record_control(self.registry, command, recorder="publisher")
+            except (SQLAlchemyError, RegistryError) as err:
+                log.warning(
+                    "overlay_control_not_recorded",
+                    seq=command.seq,
+                    target=command.target,
+                    attempt=attempt,
+                    error=f"{type(err).__name__}: {err}"[:300],
                 )
-
-    def _retire_active(
-        self, target: str, evidence: dict[str, object], *, actor: str, reason: str
-    ) -> None:
-        """The pool goes back to the base harness: its active overlay is retired."""
-        active = self.registry.active(target)
-        if active is not None:
-            self.registry.transition(
-                active.overlay_id,
-                OverlayState.RETIRED,
-                actor=actor,
-                reason=reason,
-                evidence=evidence,
-            )
-
-    def _superseded_by(self, overlay_id: str) -> str | None:
-        """The overlay that was active before OVERLAY_ID (what clients roll back to)."""
-        target = self.registry.get(overlay_id).target
-        for record in self.registry.list(target=target, state=OverlayState.RETIRED):
-            events = self.registry.events(record.overlay_id)
-            if any(e.evidence.get("superseded_by") == overlay_id for e in events):
-                return record.overlay_id
-        return None
-
-    def _activate(
-        self, overlay_id: str, evidence: dict[str, object], *, actor: str, reason: str
-    ) -> None:
-        if self.registry.get(overlay_id).state is not OverlayState.ACTIVE:
-            self.registry.transition(
-                overlay_id, OverlayState.ACTIVE, actor=actor, reason=reason, evidence=evidence
-            )
+                continue
+            log.info("overlay_control_recorded", seq=command.seq, result=result)
+            return result
+        return "not_recorded"
 
     def _publish(self, topic: str, payload: OverlayRelease | ControlCommand) -> None:
         envelope = seal(payload, self.signer)
         self._send(topic, envelope.to_json_bytes(), payload.target.encode())
+
+
+# --- a control command's effect on the registry ----------------------------------------------
+
+#: How often the publisher tries to record a command it has published before leaving it to the
+#: daemon's control follower.
+RECORD_ATTEMPTS = 3
+#: The registry mark of the highest control seq whose effect the registry holds, per target.
+APPLIED_STREAM = "control.applied"
+LIVE = (OverlayState.CANARY, OverlayState.ACTIVE)
+
+
+def record_control(registry: OverlayRegistry, command: ControlCommand, *, recorder: str) -> str:
+    """Bring the registry in line with what agents do on COMMAND; one transaction; no raise
+    for a race. Shared by the publisher (right after publishing) and the daemon's control
+    follower (when it reads the command), so whichever comes second finds the work done.
+
+    Ordering: the command is applied only if its seq is above the target's APPLIED_STREAM
+    mark, which it then becomes. Registry writes therefore go in increasing seq order, like
+    the commands each agent accepts, and the last one applied is the newest command: the one
+    that decides what the fleet runs. Two publishers racing may send seq 6 before seq 5; the
+    registry then never applies 5 after 6 (agents refuse 5 as a replay too).
+
+    Returns: "reconciled" (the registry changed), "already_applied" (it already held the
+    effect, e.g. the other recorder was first), "superseded" (a newer command was applied
+    first), "noted" (pause/resume: an audit event only), "unknown_overlay" (the rollback names
+    an overlay this registry does not hold and nothing else was to do).
+
+    The effect, mirroring `deploy/client.py`:
+    - rollback: the revoked overlay (default: the target's active one), if canary or active,
+      becomes rolled_back. Then `--to base` retires the active overlay; `--to ID` activates
+      ID (retiring the active one); an ID this registry lacks or never released (candidate)
+      means the base harness, as for agents that never received it. Without `--to`, if the
+      revoked overlay was the active one, the overlay it superseded becomes active again,
+      following the chain past rolled-back ones (agents: their newest earlier overlay not
+      revoked); none left: the base harness.
+    - pin ID: ID active as above (`base`: the active overlay retired); pin without ID keeps the
+      active one. An audit event on the pinned overlay.
+    - pause/resume: an audit event on the active overlay. The registry does not model holds
+      (releases parked by agents while paused or pinned).
+    """
+    with registry.transaction():
+        if not registry.advance_mark(command.target, APPLIED_STREAM, command.seq):
+            held = registry.mark(command.target, APPLIED_STREAM)
+            return "already_applied" if held == command.seq else "superseded"
+        return _Effect(registry, command, recorder).apply()
+
+
+class _Effect:
+    """One command's moves inside record_control's transaction."""
+
+    def __init__(self, registry: OverlayRegistry, command: ControlCommand, recorder: str) -> None:
+        self.registry = registry
+        self.command = command
+        self.target = command.target
+        self.actor = command.actor
+        suffix = (
+            "" if recorder == "publisher" else f" (seen on the control topic, seq {command.seq})"
+        )
+        self.reason = f"{command.reason}{suffix}"
+        self.evidence: dict[str, object] = {
+            "command": command.command.value,
+            "seq": command.seq,
+            "recorded_by": recorder,
+        }
+        self.changed = False
+
+    def apply(self) -> str:
+        kind = self.command.command
+        if kind is ControlKind.ROLLBACK:
+            return self._rollback()
+        if kind is ControlKind.PIN:
+            dest = self.command.overlay_id
+            if dest is not None:
+                self._go_to(dest)
+            pinned = self._known(dest) if dest not in (None, BASE) else self._active()
+            if pinned is not None:
+                self._note(pinned.overlay_id)
+            return "reconciled" if self.changed else "already_applied"
+        active = self._active()
+        if active is not None:
+            self._note(active.overlay_id)
+        return "noted"
+
+    def _rollback(self) -> str:
+        active = self._active()
+        revoke = self.command.revoke_overlay_id or (active.overlay_id if active else None)
+        unknown = False
+        if revoke is not None and revoke != BASE:
+            record = self._known(revoke)
+            unknown = record is None
+            if record is not None and record.target == self.target:
+                self._move(revoke, OverlayState.ROLLED_BACK, expect=LIVE)
+        dest = self.command.overlay_id
+        if dest is not None:
+            self._go_to(dest)
+        elif active is not None and active.overlay_id == revoke:
+            self._go_to(self._previous_good(revoke) or BASE)
+        if self.changed:
+            return "reconciled"
+        return "unknown_overlay" if unknown and dest is None else "already_applied"
+
+    def _go_to(self, dest: str) -> None:
+        """Make DEST the target's overlay (BASE: none active)."""
+        record = None if dest == BASE else self._known(dest)
+        if record is None or record.target != self.target or record.state is OverlayState.CANDIDATE:
+            active = self._active()  # agents without DEST's release run the base harness
+            if active is not None:
+                self._move(active.overlay_id, OverlayState.RETIRED, expect={OverlayState.ACTIVE})
+            return
+        self._move(dest, OverlayState.ACTIVE)
+
+    def _previous_good(self, overlay_id: str) -> str | None:
+        seen = {overlay_id}
+        current = self.registry.superseded(overlay_id)
+        while current is not None and current not in seen:
+            seen.add(current)
+            state = self.registry.get(current).state
+            if state in (OverlayState.RETIRED, OverlayState.CANARY):
+                return current
+            current = self.registry.superseded(current)
+        return None
+
+    def _move(
+        self,
+        overlay_id: str,
+        to_state: OverlayState,
+        expect: Collection[OverlayState] | None = None,
+    ) -> None:
+        moved = self.registry.transition_if(
+            overlay_id,
+            to_state,
+            expect=expect,
+            actor=self.actor,
+            reason=self.reason,
+            evidence=self.evidence,
+        )
+        self.changed = self.changed or moved is not None
+
+    def _note(self, overlay_id: str) -> None:
+        self.registry.record_event(
+            overlay_id, actor=self.actor, reason=self.reason, evidence=self.evidence
+        )
+
+    def _active(self) -> OverlayRecord | None:
+        return self.registry.active(self.target)
+
+    def _known(self, overlay_id: str | None) -> OverlayRecord | None:
+        if overlay_id is None:
+            return None
+        try:
+            return self.registry.get(overlay_id)
+        except UnknownOverlay:
+            return None
