@@ -125,6 +125,10 @@ def parse_trajectory(value: bytes, max_bytes: int | None = None) -> Trajectory:
         raise Unreadable(ReasonCode.NOT_JSON, str(err)) from err
     except (RecursionError, MemoryError) as err:
         raise Unreadable(ReasonCode.INVALID, f"{type(err).__name__} while parsing") from err
+    if "schema_version" not in trajectory.model_fields_set:
+        # The model defaults it for messages we build; a record from outside must say which
+        # version it is written in (DESIGN: every message carries schema_version).
+        raise Unreadable(ReasonCode.UNSUPPORTED_VERSION, "no schema_version in the record")
     check_storable(trajectory)
     return trajectory
 
