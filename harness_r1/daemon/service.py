@@ -59,6 +59,10 @@ class DaemonConfig:
     backoff_max_s: float = 30.0
     lag_interval_s: float = 1.0  # lag is re-read after a poll (failing or not) this often
     stuck_after_s: float = 60.0  # a partition behind its end that long without progress
+    #: One ingesting daemon per consumer group on a state store: the name of the store lock
+    #: it holds while ingesting (None: no lock, tests). Another daemon waits as a standby.
+    ingest_lock: str | None = None
+    standby_retry_s: float = 5.0
     announce_interval_s: float = 20 * 60.0  # a third of a release's validity (1 h)
     jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
 
@@ -131,6 +135,7 @@ class Daemon:
         self._store_ok = True
         self._store_error: str | None = None
         self._progress = PartitionProgress(self.config.stuck_after_s)
+        self._standby = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -191,6 +196,8 @@ class Daemon:
             return False, "not started"
         if not self._store_ok:
             return False, "state store failing"
+        if self._standby:
+            return True, f"standby: another daemon holds {self.config.ingest_lock}"
         if not self.ingest.reader.connected:
             return False, f"broker unreachable: {self.ingest.reader.last_error or 'connecting'}"
         why = self._store_error or self.ingest.reader.last_error or "no error reported"
@@ -207,6 +214,33 @@ class Daemon:
     # -- threads -------------------------------------------------------------------------------
 
     def _ingest_loop(self) -> None:
+        """Ingest while holding the group's store lock (see DaemonConfig.ingest_lock): why
+        not a Kafka consumer group: its joins take ~23 s on tansu and a member closed during
+        a join wedged the group (DESIGN.md), and the store is the source of truth for
+        positions anyway. A standby polls nothing; it takes over, from the stored positions,
+        within standby_retry_s of the holder stopping or dying (the lock dies with it)."""
+        name = self.config.ingest_lock
+        if name is None:
+            self._ingest_while_held()
+            return
+        first = True
+        while not self._stop.is_set():
+            with self.store.exclusive(name) as held:
+                if held:
+                    if self._standby or not first:
+                        log.info("ingest_taken_over", lock=name)
+                        assert self.ingest is not None
+                        self.ingest = self._reopen_ingest(self.ingest)
+                    self._standby = False
+                    self._ingest_while_held()
+                    return
+            if not self._standby:
+                log.info("ingest_standby", lock=name)
+            self._standby = True
+            first = False
+            self._stop.wait(self.config.standby_retry_s)
+
+    def _ingest_while_held(self) -> None:
         assert self.ingest is not None
         backoff = self.config.backoff_initial_s
         lag_at = 0.0

@@ -344,6 +344,7 @@ def build_daemon(
             backoff_initial_s=settings.kafka.backoff_initial_s,
             backoff_max_s=settings.kafka.backoff_max_s,
             jobstore_url=settings.jobstore_url(),
+            ingest_lock=f"ingest:{settings.kafka.group_id}:{settings.trajectory_topic}",
         ),
         adapter,
         grpo_update=_grpo_job(
