@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness_r1.daemon.config_commands import config_app
+from harness_r1.daemon.deadletter_commands import deadletter_app
 from harness_r1.daemon.overlay_commands import keys_app, overlay_app
 from harness_r1.daemon.train_commands import train_app
 
@@ -31,6 +32,7 @@ app.add_typer(train_app, name="train")
 app.add_typer(overlay_app, name="overlay")
 app.add_typer(keys_app, name="keys")
 app.add_typer(config_app, name="config")
+app.add_typer(deadletter_app, name="deadletter")
 console = Console(stderr=True)
 
 

@@ -38,7 +38,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from harness_r1.consumers.kafka import KafkaSecurity
+from harness_r1.consumers.kafka import KafkaSecurity, KafkaSettings
 from harness_r1.envs.data import default_data_root
 
 ENV_PREFIX = "HARNESS_R1_"
@@ -610,6 +610,19 @@ class Settings(BaseSettings):
                 "(create one with `harness-r1 keys generate KEY_ID --dir DIR`)"
             )
         return self.signing_key
+
+    def kafka_client(self, client_id: str | None = None) -> KafkaSettings:
+        """The settings of every Kafka client the daemon and the CLI build, security
+        included (so no command talks to the brokers in a way the daemon would not)."""
+        options = self.kafka
+        return KafkaSettings(
+            bootstrap=self.require_bootstrap(),
+            client_id=client_id or options.client_id,
+            request_timeout_ms=options.request_timeout_ms,
+            poll_timeout_ms=options.poll_timeout_ms,
+            send_timeout_s=max(10.0, options.request_timeout_ms / 1000),
+            security=options.security(),
+        )
 
     def data_root(self) -> Path:
         root = self.data or default_data_root()

@@ -202,17 +202,8 @@ class Built:
 
 
 def kafka_settings(settings: Settings) -> KafkaSettings:
-    """The Kafka client settings of every client the daemon and the CLI build (security
-    included)."""
-    options = settings.kafka
-    return KafkaSettings(
-        bootstrap=settings.require_bootstrap(),
-        client_id=options.client_id,
-        request_timeout_ms=options.request_timeout_ms,
-        poll_timeout_ms=options.poll_timeout_ms,
-        send_timeout_s=max(10.0, options.request_timeout_ms / 1000),
-        security=options.security(),
-    )
+    """The daemon's Kafka client settings (`Settings.kafka_client`)."""
+    return settings.kafka_client()
 
 
 def loop_config(settings: Settings) -> LoopConfig:

@@ -1,0 +1,163 @@
+"""`harness-r1 deadletter list|redrive`: what an operator does with the dead-letter topic.
+
+`list` reads the topic from its start and shows each dead letter: its id, reason, where it
+came from, its size. `redrive` publishes chosen dead letters' original records again to the
+topic they came from (original key and headers, plus `redriven_from`), for when the cause is
+fixed (a daemon upgraded to read a new schema, a store column widened): the daemon reads them
+like any record, a stored copy is deduplicated by trajectory_id, and one still unreadable
+becomes a new dead letter (with a new id). A truncated dead letter cannot be re-driven: its
+original bytes are gone (the producer kept them, or nobody).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from harness_r1.consumers.kafka import Record
+
+deadletter_app = typer.Typer(
+    no_args_is_help=True, help="The dead-letter topic: inspect it, re-drive records from it."
+)
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="Daemon settings file (YAML).", exists=True)
+]
+
+
+@dataclass(frozen=True)
+class DeadLetterView:
+    dead_letter_id: str
+    reason_code: str
+    reason: str
+    source: str  # topic:partition@offset
+    size: int
+    truncated: bool
+    offset: int  # in the dead-letter topic
+
+
+def _view(
+    record_offset: int, partition: int, headers: dict[str, str], size: int
+) -> DeadLetterView:
+    source = (
+        f"{headers.get('source_topic', '?')}:{headers.get('source_partition', '?')}"
+        f"@{headers.get('source_offset', '?')}"
+    )
+    return DeadLetterView(
+        dead_letter_id=headers.get("dead_letter_id", f"dlq:{partition}@{record_offset}"),
+        reason_code=headers.get("reason_code", headers.get("reason", "?").split(":")[0]),
+        reason=headers.get("reason", ""),
+        source=source,
+        size=int(headers.get("original_size", size)),
+        truncated=headers.get("truncated") == "1",
+        offset=record_offset,
+    )
+
+
+def _read_all(config: Path | None) -> list[tuple[Record, DeadLetterView]]:
+    from harness_r1.consumers.kafka import BroadcastReader
+    from harness_r1.daemon.deadletter import original_record_parts
+    from harness_r1.daemon.settings import load_settings
+
+    settings = load_settings(config)
+    kafka = settings.kafka_client("harness-r1-cli")
+    out: list[tuple[Record, DeadLetterView]] = []
+    with BroadcastReader(kafka, [settings.kafka.dead_letter_topic]) as reader:
+        quiet = 0
+        while quiet < 3:  # the end: three polls in a row with nothing new
+            records = reader.poll(500)
+            quiet = 0 if records else quiet + 1
+            for record in records:
+                _, ours = original_record_parts(record.headers)
+                view = _view(record.offset, record.partition, ours, len(record.value))
+                out.append((record, view))
+    return out
+
+
+@deadletter_app.command("list")
+def deadletter_list(
+    config: ConfigOption = None,
+    reason: Annotated[str | None, typer.Option(help="Only this reason code.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON Lines instead of a table.")] = False,
+) -> None:
+    """Show the dead letters (oldest first).
+
+    Example: harness-r1 deadletter list --reason invalid"""
+    views = [view for _, view in _read_all(config) if reason in (None, view.reason_code)]
+    if as_json:
+        for view in views:
+            typer.echo(json.dumps(asdict(view)))
+        return
+    table = Table("dead letter id", "reason", "source", "bytes", "truncated")
+    for view in views:
+        table.add_row(
+            view.dead_letter_id,
+            view.reason[:80],
+            view.source,
+            str(view.size),
+            "yes" if view.truncated else "",
+        )
+    Console(width=200).print(table)
+    typer.echo(f"{len(views)} dead letters")
+
+
+@deadletter_app.command("redrive")
+def deadletter_redrive(
+    ids: Annotated[list[str] | None, typer.Argument(help="Dead letter ids to re-drive.")] = None,
+    config: ConfigOption = None,
+    reason: Annotated[
+        str | None, typer.Option(help="Re-drive every dead letter with this reason code.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Say what would be re-driven.")] = False,
+) -> None:
+    """Publish dead letters' original records again to their source topic.
+
+    Example: harness-r1 deadletter redrive --reason unsupported_version"""
+    from harness_r1.consumers.kafka import make_producer, publish
+    from harness_r1.daemon.deadletter import original_record_parts
+    from harness_r1.daemon.settings import load_settings
+
+    if not ids and reason is None:
+        raise typer.BadParameter("name dead letter ids, or --reason CODE")
+    wanted = set(ids or ())
+    chosen = [
+        (record, view)
+        for record, view in _read_all(config)
+        if view.dead_letter_id in wanted or (reason is not None and view.reason_code == reason)
+    ]
+    missing = wanted - {view.dead_letter_id for _, view in chosen}
+    if missing:
+        typer.echo(f"not on the dead-letter topic: {', '.join(sorted(missing))}", err=True)
+        raise typer.Exit(1)
+    truncated = [view.dead_letter_id for _, view in chosen if view.truncated]
+    if truncated:
+        typer.echo(f"skipped (truncated, original bytes gone): {', '.join(truncated)}", err=True)
+    chosen = [(record, view) for record, view in chosen if not view.truncated]
+    if dry_run:
+        for _, view in chosen:
+            typer.echo(f"would re-drive {view.dead_letter_id} to {view.source}")
+        return
+    settings = load_settings(config)
+    producer = make_producer(settings.kafka_client("harness-r1-cli"))
+    try:
+        for record, view in chosen:
+            original, ours = original_record_parts(record.headers)
+            headers = [*original, ("redriven_from", view.dead_letter_id.encode())]
+            partition, offset = publish(
+                producer,
+                ours["source_topic"],
+                record.value,
+                key=record.key,
+                headers=headers,
+                timestamp_ms=int(ours.get("source_timestamp_ms", "0")),
+            )
+            where = f"{ours['source_topic']}:{partition}@{offset}"
+            typer.echo(f"re-drove {view.dead_letter_id} -> {where}")
+    finally:
+        producer.close(timeout=5)
