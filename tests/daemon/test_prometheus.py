@@ -1,0 +1,139 @@
+"""The daemon's metrics as Prometheus itself sees them: `promtool check metrics` finds nothing
+to fix in a scrape, and a real Prometheus server scraping the running daemon stores every
+series an alert would use (dead letters by reason, lag by partition, process_*), at zero from
+the start. The binaries come from Debian's `prometheus` package (.ci/run installs it); without
+them these tests skip, saying so."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from test_durability import wait_for
+
+from harness_r1.consumers.broker import EmbeddedBroker
+from harness_r1.consumers.kafka import make_producer, publish
+from harness_r1.daemon.proposers import TemplateProposer
+from harness_r1.daemon.settings import Settings
+from harness_r1.daemon.wiring import Built, build_daemon
+
+pytestmark = pytest.mark.integration
+
+PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Iterator[Built]:
+    run = uuid.uuid4().hex[:8]
+    settings = Settings(
+        cache=tmp_path / "cache",
+        state_url=f"sqlite:///{tmp_path / 'state.db'}",
+        kafka_bootstrap=kafka_broker.bootstrap,
+        trajectory_topic=f"traj-{run}",
+        release_topic=f"rel-{run}",
+        control_topic=f"ctl-{run}",
+        kafka={"dead_letter_topic": f"dlq-{run}", "events_topic": f"events-{run}"},
+        loop={"batch_size": 1_000_000, "batch_window_s": 1e9},
+        metrics={"port": 0},
+    )
+    built = build_daemon(settings, proposer=TemplateProposer(), key=run)
+    built.health.start()
+    built.daemon.start()
+    producer = make_producer(settings.kafka_client())
+    for value in (b"not json", b"[]", b""):
+        publish(producer, settings.trajectory_topic, value)
+    producer.close(timeout=2)
+    yield built
+    built.daemon.stop()
+    built.health.stop()
+    built.close()
+
+
+def scrape(built: Built) -> str:
+    return httpx.get(f"http://127.0.0.1:{built.health.port}/metrics", timeout=5).text
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+def test_promtool_finds_nothing_to_fix(daemon: Built) -> None:
+    wait_for(lambda: 'reason="not_json"} 1.0' in scrape(daemon), 30, "a dead letter counted")
+    text = scrape(daemon)
+    assert PROMTOOL is not None
+    checked = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.strip() == "" and checked.stderr.strip() == ""
+    bad = subprocess.run(  # the check can fail: a counter without its _total suffix
+        [PROMTOOL, "check", "metrics"],
+        input="# HELP x_count a counter\n# TYPE x_count counter\nx_count 1\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode != 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)"
+)
+def test_a_real_prometheus_scrapes_the_daemon(daemon: Built, tmp_path: Path) -> None:
+    wait_for(lambda: 'reason="empty"} 1.0' in scrape(daemon), 30, "dead letters counted")
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n"
+        "scrape_configs:\n  - job_name: harness-r1\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{daemon.health.port}']\n"
+    )
+    assert PROMETHEUS is not None
+    server = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("wb"),
+    )
+    api = f"http://127.0.0.1:{port}/api/v1/query"
+
+    def query(expr: str) -> list[dict[str, object]]:
+        try:
+            body = httpx.get(api, params={"query": expr}, timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return []
+        return list(body.get("data", {}).get("result", []))
+
+    try:
+        wait_for(lambda: bool(query("up == 1")), 60, "Prometheus to scrape the daemon")
+        wait_for(
+            lambda: bool(query("sum(harness_r1_dead_lettered_total) == 3")), 30, "dead letters"
+        )
+        reasons = {
+            str(row["metric"]["reason"]): float(row["value"][1])  # type: ignore[index]
+            for row in query("harness_r1_dead_lettered_total")
+        }
+        assert reasons["not_json"] == 1 and reasons["invalid"] == 1 and reasons["empty"] == 1
+        assert reasons["too_large"] == 0  # known reasons exist at zero
+        assert query("harness_r1_consumer_lag == 0")
+        assert query("process_resident_memory_bytes > 0")
+        assert query('harness_r1_patch_win_rate{env="alfworld"}')  # before any candidate
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
