@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -66,7 +67,7 @@ class Bench:
     signer: Signer
     registry: OverlayRegistry
     agent: OverlayClient
-    producer: object
+    producer: Any  # a KafkaProducer
     reports: list[tuple[str, str]] = field(default_factory=list)
     saved: list[dict[tuple[str, int], int]] = field(default_factory=list)
     agent_reader: BroadcastReader | None = None
@@ -113,7 +114,7 @@ class Bench:
         for value in values:
             publish(
                 self.producer, self.topics.control_topic, value, key=POOL.encode(), timeout_s=10
-            )  # type: ignore[arg-type]
+            )
 
     def agent_takes(self, count: int) -> list[bool]:
         """The agent's verdict on the next COUNT control records, in topic order."""
@@ -168,7 +169,7 @@ def bench(kafka_broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Bench]:
     agent = OverlayClient(config, Keyring.of([signer]), no_hooks)
     producer = make_producer(kafka)
     yield Bench(kafka, topics, db_url, signer, registry, agent, producer)
-    producer.close(timeout=5)  # type: ignore[attr-defined]
+    producer.close(timeout=5)
     registry.close()
 
 
