@@ -151,7 +151,9 @@ def bare_consume(bootstrap: str, topic: str, count: int) -> float:
 # --- (b) the daemon's ingest ----------------------------------------------------------------
 
 
-def _no_dead_letters(topic: str, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
+def _no_dead_letters(
+    topic: str, value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]], ts: int
+) -> None:
     raise RuntimeError("the benchmark's messages are all valid; nothing may be dead-lettered")
 
 

@@ -162,7 +162,7 @@ DeadLetterSend = Callable[[str, bytes, bytes | None, Sequence[tuple[str, bytes]]
 class OutboxStore(Protocol):
     """What the outbox needs of the state store (StateStore provides it)."""
 
-    def pending_dead_letters(self, limit: int) -> list[tuple[int, DeadLetter]]: ...
+    def pending_dead_letters(self, group: str, limit: int) -> list[tuple[int, DeadLetter]]: ...
     def delete_dead_letters(self, row_ids: Sequence[int]) -> int: ...
 
 
@@ -174,17 +174,27 @@ class DrainReport:
 
 
 class DeadLetterOutbox:
-    """Publishes stored dead letters, oldest first, deleting each once acknowledged."""
+    """Publishes a consumer group's stored dead letters, oldest first, deleting each once
+    acknowledged. One outbox per group and process (the ingest lock makes it so), which lets
+    it skip the query while it knows the outbox is empty (`written` says when it is not)."""
 
-    def __init__(self, store: OutboxStore, send: DeadLetterSend, topic: str) -> None:
+    def __init__(self, store: OutboxStore, send: DeadLetterSend, topic: str, group: str) -> None:
         self._store = store
         self._send = send
         self.topic = topic
+        self.group = group
+        self._maybe_pending = True  # unknown at start: a crash may have left letters
+
+    def written(self) -> None:
+        """Dead letters were stored for this group: the next drain must look."""
+        self._maybe_pending = True
 
     def drain(self, limit: int = 1_000) -> DrainReport:
         """Publish up to `limit` waiting dead letters; stop at the first failure (the rest
         stay stored, in order, for the next drain). Never raises for broker trouble."""
-        rows = self._store.pending_dead_letters(limit)
+        if not self._maybe_pending:
+            return DrainReport({}, 0, None)
+        rows = self._store.pending_dead_letters(self.group, limit)
         sent: dict[str, int] = {}
         done: list[int] = []
         error = None
@@ -206,4 +216,6 @@ class DeadLetterOutbox:
             )
         if done:
             self._store.delete_dead_letters(done)
-        return DrainReport(sent, len(rows) - len(done), error)
+        left = len(rows) - len(done)
+        self._maybe_pending = left > 0 or len(rows) == limit
+        return DrainReport(sent, left, error)

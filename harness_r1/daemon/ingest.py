@@ -166,7 +166,8 @@ def check_storable(trajectory: Trajectory) -> None:
         if "\x00" in value:
             raise Unreadable(ReasonCode.UNSTORABLE, f"{name} has a NUL character")
         try:
-            value.encode("utf-8")
+            if not value.isascii():
+                value.encode("utf-8")
         except UnicodeEncodeError as err:
             raise Unreadable(ReasonCode.UNSTORABLE, f"{name} is not encodable: {err}") from err
 
@@ -189,7 +190,9 @@ class TrajectoryIngest:
     ) -> None:
         self.config = config
         self.store = store
-        self.outbox = DeadLetterOutbox(store, dead_letter_send, config.dead_letter_topic)
+        self.outbox = DeadLetterOutbox(
+            store, dead_letter_send, config.dead_letter_topic, config.group
+        )
         positions = {
             f"{topic}:{partition}": offset
             for (topic, partition), offset in store.positions(config.group).items()
@@ -240,6 +243,8 @@ class TrajectoryIngest:
             )
         result, refused = self._store(items, letters, records)
         letters.extend(refused)
+        if letters:
+            self.outbox.written()
         now = self.outbox.drain()
         committed = self.reader.commit(self.config.commit_timeout_ms)
         if committed:

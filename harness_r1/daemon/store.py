@@ -1005,9 +1005,16 @@ class StateStore(SqlDatabase):
         ]
         session.connection().execute(statement, rows)
 
-    def pending_dead_letters(self, limit: int = 1_000) -> builtins.list[tuple[int, DeadLetter]]:
-        """Dead letters not yet acknowledged by the dead-letter topic, oldest first."""
-        query = select(_DeadLetterRow).order_by(_DeadLetterRow.row_id).limit(limit)
+    def pending_dead_letters(
+        self, group: str, limit: int = 1_000
+    ) -> builtins.list[tuple[int, DeadLetter]]:
+        """`group`'s dead letters not yet acknowledged by the topic, oldest first."""
+        query = (
+            select(_DeadLetterRow)
+            .where(_DeadLetterRow.consumer_group == group)
+            .order_by(_DeadLetterRow.row_id)
+            .limit(limit)
+        )
         with self._read() as session:
             return [(row.row_id, _to_dead_letter(row)) for row in session.scalars(query)]
 
