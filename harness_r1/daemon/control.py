@@ -13,8 +13,9 @@ Semantics (the same rules as `deploy/client.py`, through the shared `deploy/acce
 - seq above the high-water mark of (control stream, target). The daemon follows every target
   (it keeps the registry of all pools), so it keeps one mark per target, as each agent keeps
   one for its own. The marks live in the registry's database (`overlay_marks`, stream
-  `control`), moved in the same transaction as the registry change: a restarted daemon, a new
-  follower object or a second daemon on the same database never accepts an old command again.
+  `control` unless `mark_stream` names another), moved in the same transaction as the
+  registry change: a restarted daemon or a new follower object never accepts an old command
+  again.
   A seq at or below the mark is `rejected_replay` (a replay, or an older command that arrived
   after a newer one; agents refuse it too);
 - an accepted command is applied by `deploy/publisher.py` `record_control`, the same code the
@@ -49,7 +50,7 @@ import structlog
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from harness_r1.consumers.kafka import BroadcastReader, Record
-from harness_r1.contracts import ControlCommand
+from harness_r1.contracts import ControlCommand, ControlKind
 from harness_r1.daemon.ingest import next_positions
 from harness_r1.deploy.acceptance import check_stream, open_message
 from harness_r1.deploy.publisher import record_control
@@ -62,6 +63,18 @@ log = structlog.get_logger(__name__)
 FOLLOWED_STREAM = "control"
 #: Attempts at a record that fails with a database error other than a lost connection.
 MAX_ATTEMPTS = 5
+#: Every `command` and `result` label on_command reports: bounded sets (a metric can start
+#: each series at zero).
+COMMANDS = ("unknown", *(kind.value for kind in ControlKind))
+RESULTS = (
+    "reconciled",
+    "already_applied",
+    "superseded",
+    "noted",
+    "unknown_overlay",
+    "error",
+    *(f"rejected_{reason.value}" for reason in Rejection),
+)
 
 
 class ControlFollower:
@@ -80,7 +93,12 @@ class ControlFollower:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         max_clock_skew: timedelta = timedelta(seconds=30),
         max_attempts: int = MAX_ATTEMPTS,
+        mark_stream: str = FOLLOWED_STREAM,
     ) -> None:
+        """mark_stream names this follower's seq marks in the registry. Daemons that share one
+        database and each follow the topic should each pass a name of their own that survives
+        a restart (e.g. `control:<group id>`): with one shared mark, the second daemon to read
+        a command counts it as a replay (the registry is right either way)."""
         self.reader = reader
         self._save_positions = save_positions
         self.keyring = keyring
@@ -89,6 +107,7 @@ class ControlFollower:
         self._now = now
         self._skew = max_clock_skew
         self._max_attempts = max_attempts
+        self.mark_stream = mark_stream
         self._pending: list[Record] = []  # a batch cut short by a database error
         self._attempts = 0  # failed attempts at self._pending[0]
         self.seen = 0
@@ -135,7 +154,7 @@ class ControlFollower:
             self._report(command.command.value, "error")
             return "error"
         if result == "rejected_replay":
-            mark = self.registry.mark(command.target, FOLLOWED_STREAM)
+            mark = self.registry.mark(command.target, self.mark_stream)
             detail = f"control seq {command.seq} <= high-water mark {mark}"
             return self._refuse(record, command.command.value, Rejection.REPLAY.value, detail)
         log.info(
@@ -153,7 +172,7 @@ class ControlFollower:
         """In one registry transaction: advance the (control, target) mark and, if it moved,
         record the command's effect. "rejected_replay" when the mark did not move."""
         with self.registry.transaction():
-            if not self.registry.advance_mark(command.target, FOLLOWED_STREAM, command.seq):
+            if not self.registry.advance_mark(command.target, self.mark_stream, command.seq):
                 return "rejected_replay"
             return record_control(self.registry, command, recorder="control_follower")
 

@@ -33,7 +33,7 @@ from harness_r1.consumers.kafka import (
     publish,
 )
 from harness_r1.contracts import ControlCommand, ControlKind, HookCode, HookName, Patch
-from harness_r1.daemon.control import FOLLOWED_STREAM, ControlFollower
+from harness_r1.daemon.control import COMMANDS, FOLLOWED_STREAM, RESULTS, ControlFollower
 from harness_r1.deploy.client import ClientConfig, OverlayClient
 from harness_r1.deploy.publisher import APPLIED_STREAM, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
@@ -261,6 +261,8 @@ def test_follower_refuses_replays_reorders_and_expired_commands_as_agents_do(
         ("pause", "rejected_expired"),
     ]
     assert bench.reports[-2][0] == "unknown"  # untrusted bytes: not even the command name
+    assert {c for c, _ in bench.reports} <= set(COMMANDS)  # the documented, bounded labels
+    assert {r for _, r in bench.reports} <= set(RESULTS)
     events = bench.registry.events(b)
     assert events[-1].actor == "bob" and "seen on the control topic, seq 7" in events[-1].reason
     follower.reader.close()
@@ -344,3 +346,21 @@ def test_one_failing_record_never_costs_the_rest_of_the_poll(
     assert failed and failed[0]["offset"] == 1 and "partition" in failed[0]
     assert sum(len(p) for p in bench.saved) >= 2  # saved before the failure and after
     follower.reader.close()
+
+
+def test_two_daemons_on_one_database_keep_marks_of_their_own(bench: Bench) -> None:
+    """Two daemons sharing a registry each follow the topic: with marks of their own the
+    second finds each command applied (not a replay), and a real replay is refused by both."""
+    a, b = released_pair(bench)
+    first = bench.follower(mark_stream="control:daemon-1")
+    second = bench.follower(mark_stream="control:daemon-2")
+    pin = bench.command(1, ControlKind.PIN, overlay_id=a)
+    bench.send(pin)
+    assert follow(first, bench, 1) == ["reconciled"]
+    assert follow(second, bench, 1) == ["already_applied"]
+    bench.send(pin)  # the same bytes again
+    assert follow(first, bench, 1) == ["rejected_replay"]
+    assert follow(second, bench, 1) == ["rejected_replay"]
+    assert bench.active() == a
+    first.reader.close()
+    second.reader.close()

@@ -21,6 +21,8 @@ high-water mark is the highest seq published) and the follower has read every co
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import threading
 import time
@@ -33,7 +35,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from deploy_rig import TaggedHooks, make_patch
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+from typer.testing import CliRunner
 
+import harness_r1.deploy.publisher as publisher_module
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import (
     BroadcastReader,
@@ -43,10 +48,11 @@ from harness_r1.consumers.kafka import (
     publish,
 )
 from harness_r1.contracts import ControlKind, Patch
+from harness_r1.daemon.cli import app
 from harness_r1.daemon.control import FOLLOWED_STREAM, ControlFollower
 from harness_r1.deploy.client import ClientConfig, OverlayClient
 from harness_r1.deploy.publisher import APPLIED_STREAM, Publisher, PublisherConfig
-from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.deploy.signing import Keyring, Signer
 
 pytestmark = pytest.mark.integration
@@ -106,7 +112,12 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
             if rng is not None:
                 time.sleep(rng.uniform(0, 0.015))  # seq taken: another CLI may send first
             publish(producers[index], topic, value, key=key, timeout_s=10)
-            if rng is not None:
+            if rng is None:
+                return
+            if index == 0:  # this CLI always records after the daemon has followed the command
+                seq = seq_of(value)
+                wait_for(lambda: daemon_registry.mark(POOL, FOLLOWED_STREAM) >= seq, f"seq {seq}")
+            else:
                 time.sleep(rng.uniform(0, 0.06))  # the daemon may record it before the CLI
 
         return send
@@ -161,7 +172,7 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
     follow_thread.start()
 
     # five operators at once
-    sent: list[tuple[int, str, str]] = []  # (seq, destination, what recording came to)
+    sent: list[tuple[int, str, str, int]] = []  # (seq, destination, recording result, CLI)
     lock = threading.Lock()
     start = threading.Barrier(PUBLISHERS)
 
@@ -189,7 +200,7 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
                         revoke_overlay_id=revoke,
                     )
                 with lock:
-                    sent.append((command.seq, dest, str(publisher.last_recorded)))
+                    sent.append((command.seq, dest, str(publisher.last_recorded), index))
         except BaseException as err:  # noqa: BLE001 - collected: the test asserts none
             escaped.append(err)
         finally:
@@ -202,8 +213,8 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
         thread.join(timeout=60)
     assert not escaped, escaped
     total = PUBLISHERS * PER_PUBLISHER
-    assert sorted(seq for seq, _, _ in sent) == list(range(1, total + 1))
-    top_seq, decisive, _ = max(sent)
+    assert sorted(seq for seq, *_ in sent) == list(range(1, total + 1))
+    top_seq, decisive, *_ = max(sent)
 
     wait_for(
         lambda: follower.seen >= total and all(c.state.control_hwm == top_seq for c in fleet),
@@ -221,7 +232,16 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
     assert not escaped, escaped
     assert not any(result == "error" for _, result in reports), reports
     assert all("error" not in c.rejections for c in fleet), [c.rejections for c in fleet]
-    assert {recorded for _, _, recorded in sent} <= {"reconciled", "already_applied", "superseded"}
+    assert {recorded for _, _, recorded, _ in sent} <= {
+        "reconciled",
+        "already_applied",
+        "superseded",
+    }
+    # the CLI that always came second found its commands recorded (or overtaken), no crash
+    assert {recorded for _, _, recorded, cli in sent if cli == 0} <= {
+        "already_applied",
+        "superseded",
+    }
 
     # registry == fleet (the module docstring says exactly what that means)
     with OverlayRegistry(db_url) as fresh:
@@ -233,8 +253,7 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
     results = Counter(result for _, result in reports)
     assert replays == {results["rejected_replay"]}
     assert set(results) <= {"reconciled", "already_applied", "superseded", "rejected_replay"}
-    # the races happened: commands reached the broker out of seq order, and both recorders
-    # wrote commands first
+    # the races happened: commands reached the broker out of seq order or were overtaken
     assert results["rejected_replay"] + results["superseded"] > 0
     first = Counter(
         event.evidence.get("recorded_by")
@@ -242,12 +261,17 @@ def test_fifty_commands_racing_cli_and_daemon_leave_registry_equal_to_fleet(
         for event in registry.events(overlay_id)
         if "recorded_by" in event.evidence
     )
-    recorded_by_cli = Counter(recorded for _, _, recorded in sent)
+    recorded_by_cli = Counter(recorded for _, _, recorded, _ in sent)
     print(f"follower: {dict(results)}; CLIs: {dict(recorded_by_cli)}; events by: {dict(first)}")
-    assert first["publisher"] > 0 and first["control_follower"] > 0
 
     registry.close()
     daemon_registry.close()
+
+
+def seq_of(envelope: bytes) -> int:
+    """The seq inside a signed envelope (the test's own bytes: no verification needed)."""
+    payload = json.loads(base64.b64decode(json.loads(envelope)["payload_b64"]))
+    return int(payload["seq"])
 
 
 def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -257,3 +281,53 @@ def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:  # type: ig
             return
         time.sleep(0.05)
     raise AssertionError(f"not reached in {timeout_s}s: {what}")
+
+
+def test_a_published_cli_command_exits_0_and_the_daemon_records_it(
+    kafka_broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`overlay rollback` publishes, then cannot write the registry (locked past every retry):
+    it still exits 0 (the agents obey the command; reporting failure would invite a second,
+    different command), says so, and the daemon's follower records it from the topic."""
+    runner = CliRunner()
+    keys = tmp_path / "keys"
+    assert runner.invoke(app, ["keys", "generate", "ops-1", "--dir", str(keys)]).exit_code == 0
+    run = uuid.uuid4().hex[:8]
+    env = {
+        "HARNESS_R1_CACHE": str(tmp_path / "cache"),
+        "HARNESS_R1_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
+        "HARNESS_R1_SIGNING_KEY": str(keys / "ops-1.key"),
+        "HARNESS_R1_RELEASE_TOPIC": f"rel-{run}",
+        "HARNESS_R1_CONTROL_TOPIC": f"ctl-{run}",
+        "USER": "alice",
+    }
+    (tmp_path / "cache").mkdir()
+    registry = OverlayRegistry(f"sqlite:///{tmp_path / 'cache' / 'state.db'}")
+    a, b = (registry.add(make_patch(tag), POOL).overlay_id for tag in ("a", "b"))
+    for overlay_id in (a, b):
+        result = runner.invoke(app, ["overlay", "release", overlay_id], env=env)
+        assert result.exit_code == 0, result.output
+
+    def locked(*_args: object, **_kw: object) -> str:
+        raise OperationalError("BEGIN IMMEDIATE", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(publisher_module, "record_control", locked)
+    result = runner.invoke(app, ["overlay", "rollback", "--target", POOL, "--to", a], env=env)
+    assert result.exit_code == 0, result.output
+    assert "note: published seq 1" in result.output
+    assert registry.get(b).state is OverlayState.ACTIVE  # not recorded by the CLI
+    monkeypatch.undo()
+
+    follower = ControlFollower(
+        BroadcastReader(
+            KafkaSettings(bootstrap=kafka_broker.bootstrap), [env["HARNESS_R1_CONTROL_TOPIC"]]
+        ),
+        Keyring.from_directory(keys),
+        registry,
+    )
+    wait_for(lambda: bool(follower.poll_once(timeout_ms=100)), "the follower reads the rollback")
+    assert registry.get(b).state is OverlayState.ROLLED_BACK
+    assert registry.get(a).state is OverlayState.ACTIVE
+    assert registry.events(a)[-1].actor == "alice"
+    follower.reader.close()
+    registry.close()
