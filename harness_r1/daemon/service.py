@@ -78,6 +78,35 @@ class IngestSink:
     def broker_error(self, op: str) -> None: ...
 
 
+def _resilient_jobstore(url: str) -> Any:
+    """apscheduler's SQLAlchemy job store, except that a database error while it records a
+    job's next run time does not end the scheduler: apscheduler 3.11 lets that error escape
+    its main loop, and the thread dies, so no job ever ran again after one "database is
+    locked" (seen with the state store's write lock held for a minute). The job keeps its old
+    next run time and runs again on the next round (jobs coalesce; all of ours are safe to run
+    twice); the next wake-up is retried soon."""
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+    from sqlalchemy.exc import DBAPIError
+
+    class ResilientJobStore(SQLAlchemyJobStore):  # type: ignore[misc,unused-ignore]
+        def update_job(self, job: Any) -> None:
+            try:
+                super().update_job(job)
+            except DBAPIError as err:
+                log.warning(
+                    "scheduler_store_error", op="update_job", job=job.id, error=str(err)[:200]
+                )
+
+        def get_next_run_time(self) -> Any:
+            try:
+                return super().get_next_run_time()
+            except DBAPIError as err:
+                log.warning("scheduler_store_error", op="next_run_time", error=str(err)[:200])
+                return datetime.now(UTC) + timedelta(seconds=5)
+
+    return ResilientJobStore(url=url, tablename="daemon_scheduler_jobs")
+
+
 class PartitionProgress:
     """Which partitions are behind their end without moving: what /readyz names."""
 
@@ -194,16 +223,16 @@ class Daemon:
         """Ready = the store answers and the broker was reached by the ingest reader."""
         if self.ingest is None:
             return False, "not started"
-        if not self._store_ok:
-            return False, "state store failing"
         if self._standby:
             return True, f"standby: another daemon holds {self.config.ingest_lock}"
         if not self.ingest.reader.connected:
             return False, f"broker unreachable: {self.ingest.reader.last_error or 'connecting'}"
         why = self._store_error or self.ingest.reader.last_error or "no error reported"
-        stuck = self._progress.stuck(time.monotonic())
+        stuck = [f"{line} ({why})" for line in self._progress.stuck(time.monotonic())]
+        if not self._store_ok:
+            return False, "; ".join([f"state store failing ({self._store_error})", *stuck])
         if stuck:
-            return False, "; ".join(f"{line} ({why})" for line in stuck)
+            return False, "; ".join(stuck)
         return True, "ok"
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -360,11 +389,7 @@ class Daemon:
 
         stores: dict[str, Any] = {}
         if self.config.jobstore_url:
-            from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-
-            stores["default"] = SQLAlchemyJobStore(
-                url=self.config.jobstore_url, tablename="daemon_scheduler_jobs"
-            )
+            stores["default"] = _resilient_jobstore(self.config.jobstore_url)
         scheduler = BackgroundScheduler(
             jobstores=stores,
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60},

@@ -140,6 +140,12 @@ class KafkaOptions(_Group):
         min_length=1,
         description="Canary work items leased by canary workers.",
     )
+    stuck_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="/readyz fails, naming the partition, when a partition is behind its end "
+        "this long without progress.",
+    )
     max_record_bytes: int = Field(
         default=1024 * 1024,
         ge=1024,

@@ -336,6 +336,7 @@ def build_daemon(
             backoff_max_s=settings.kafka.backoff_max_s,
             jobstore_url=settings.jobstore_url(),
             ingest_lock=f"ingest:{settings.kafka.group_id}:{settings.trajectory_topic}",
+            stuck_after_s=settings.kafka.stuck_after_s,
         ),
         adapter,
         grpo_update=_grpo_job(
