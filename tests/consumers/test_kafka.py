@@ -273,3 +273,16 @@ def test_reader_without_broker_does_not_raise_or_leak_threads() -> None:
         reader.poll()
     with pytest.raises(KafkaUnavailableError, match="cannot reach Kafka at 127.0.0.1"):
         make_producer(settings)
+
+
+def test_every_codec_kafka_python_reads_is_installed() -> None:
+    """A producer may compress with any of them (librdkafka's `compression.type`); one batch
+    kafka-python cannot decode stops its reader (UnsupportedCodecError on every poll). The
+    foreign-producer daemon test reads each of them end to end."""
+    from kafka import codec
+
+    assert codec.has_gzip() and codec.has_snappy() and codec.has_lz4() and codec.has_zstd()
+    data = b"trajectory " * 100
+    assert codec.snappy_decode(codec.snappy_encode(data)) == data
+    assert codec.lz4_decode(codec.lz4_encode(data)) == data
+    assert codec.zstd_decode(codec.zstd_encode(data)) == data
