@@ -24,7 +24,11 @@ Semantics (the same rules as `deploy/client.py`, through the shared `deploy/acce
   pinned overlay made active when the registry lacks that), pause/resume (an audit event).
   It is applied only if no newer command was applied to the registry already (the CLI may
   record a newer seq before the follower reads an older one): results `reconciled`,
-  `already_applied`, `superseded`, `noted`, `unknown_overlay`.
+  `already_applied`, `superseded`, `noted`, `unknown_overlay`. That second mark (stream
+  `control.applied`, shared by every recorder) is what keeps the registry right; the first
+  only mirrors what an agent would refuse.
+- not followed: holds (a pause or pin parks new releases on agents; the registry has no such
+  state), and the release topic (releases are recorded by whoever publishes them).
 
 Results reported through `on_command(command, result)` (the `control_commands_seen` metric):
 the ones above, `rejected_<reason>` for every refusal (reasons of `signing.Rejection`; the

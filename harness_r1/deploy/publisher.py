@@ -319,7 +319,7 @@ class Publisher:
 
 #: How often the publisher tries to record a command it has published before leaving it to the
 #: daemon's control follower.
-RECORD_ATTEMPTS = 3
+RECORD_ATTEMPTS = 2  # each waits up to the busy timeout (30 s) on a locked SQLite
 #: The registry mark of the highest control seq whose effect the registry holds, per target.
 APPLIED_STREAM = "control.applied"
 LIVE = (OverlayState.CANARY, OverlayState.ACTIVE)
