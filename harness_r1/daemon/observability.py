@@ -38,6 +38,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from harness_r1.daemon.control import COMMANDS, RESULTS
 from harness_r1.daemon.deadletter import REASON_CODES
 from harness_r1.envs import ENV_NAMES
 
@@ -274,6 +275,9 @@ class DaemonMetrics:
         for queue in QUEUES:
             self.queue_depth.labels(queue=queue)
         self.store_errors.labels(op="ingest")
+        for command in COMMANDS:
+            for result in RESULTS:
+                self.control_commands.labels(command=command, result=result)
 
     def observe_canary(self, env: str, delta: float) -> None:
         """One canaried candidate: its delta goes into the histogram and the env's win rate

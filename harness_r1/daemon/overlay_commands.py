@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +20,8 @@ from rich.table import Table
 
 overlay_app = typer.Typer(no_args_is_help=True, help="Overlays: inspect, release, take back.")
 keys_app = typer.Typer(no_args_is_help=True, help="Ed25519 signing keys.")
-console = Console()
+# Piped output is not cut to 80 columns: ids must survive `| grep`, `| awk` and `> file`.
+console = Console(width=None if sys.stdout.isatty() else 240)
 
 Actor = Annotated[str, typer.Option(help="Who acts (recorded in the registry and the message).")]
 Reason = Annotated[str, typer.Option(help="Why (recorded in the registry and the message).")]
@@ -122,12 +124,12 @@ def overlay_diff(a: str, b: str) -> None:
 
 
 def _publisher():  # type: ignore[no-untyped-def]
-    from harness_r1.consumers.kafka import KafkaSettings, ensure_topics, make_producer, publish
+    from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
     from harness_r1.deploy.publisher import Publisher, PublisherConfig
     from harness_r1.deploy.signing import Signer
 
     settings = _settings()
-    kafka = KafkaSettings(bootstrap=settings.require_bootstrap(), client_id="harness-r1-cli")
+    kafka = settings.kafka_client("harness-r1-cli")
     ensure_topics(kafka, [settings.release_topic, settings.control_topic])
     producer = make_producer(kafka)
 

@@ -378,7 +378,11 @@ def _control_follower(
     def build() -> ControlFollower:
         stored = {f"{t}:{p}": offset for (t, p), offset in store.positions(group).items()}
         reader = BroadcastReader(kafka, [settings.control_topic], stored)
-        return ControlFollower(reader, keyring, overlays, report, save)
+        # Each consumer group keeps its own mark of the commands it followed (a daemon on the
+        # same database with another group is not told "replay" for what the first one saw).
+        return ControlFollower(
+            reader, keyring, overlays, report, save, mark_stream=f"control:{group}"
+        )
 
     return build
 

@@ -51,6 +51,7 @@ def test_add_release_rollback_show_diff(operator_env: dict[str, str], tmp_path: 
     cli(env, "overlay", "release", b, "--fraction", "0.25")
     listing = cli(env, "overlay", "list", "--target", "p1")
     assert "active" in listing and "canary" in listing
+    assert a in listing and b in listing  # whole ids when piped
     cli(env, "overlay", "rollback", "--target", "p1", "--reason", "users complain")
     shown = json.loads(cli(env, "overlay", "show", b))
     assert shown["state"] == "rolled_back"
