@@ -10,7 +10,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from harness_r1.contracts.base import Message
 from harness_r1.contracts.patch import Patch
@@ -39,6 +39,12 @@ class ControlKind(StrEnum):
     PIN = "pin"
     PAUSE = "pause"
     RESUME = "resume"
+    #: An operator moves the daemon's ingest past a record it cannot get past (a batch its
+    #: Kafka client cannot decode). Targets `ingest:<consumer group>`; agents ignore it.
+    SKIP_OFFSET = "skip_offset"
+
+#: The target prefix of commands for the daemon's ingest rather than an agent pool.
+INGEST_TARGET_PREFIX = "ingest:"
 
 
 class ControlCommand(Message):
@@ -63,6 +69,24 @@ class ControlCommand(Message):
     )
     actor: str = Field(description="Who issued it (operator name or live_guard).")
     reason: str = ""
+    topic: str | None = Field(default=None, description="skip_offset: the topic.")
+    partition: int | None = Field(default=None, ge=0, description="skip_offset: the partition.")
+    offset: int | None = Field(
+        default=None, ge=0, description="skip_offset: the next offset to read (forward only)."
+    )
+
+    @model_validator(mode="after")
+    def _skip_is_complete(self) -> ControlCommand:
+        skip = self.command is ControlKind.SKIP_OFFSET
+        fields = (self.topic, self.partition, self.offset)
+        if skip and (None in fields or not self.target.startswith(INGEST_TARGET_PREFIX)):
+            raise ValueError(
+                "skip_offset needs topic, partition and offset, and a target "
+                f"'{INGEST_TARGET_PREFIX}<consumer group>'"
+            )
+        if not skip and fields != (None, None, None):
+            raise ValueError("topic, partition and offset belong to skip_offset only")
+        return self
 
 
 class SignedEnvelope(Message):

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from harness_r1.daemon.config_commands import config_app
 from harness_r1.daemon.deadletter_commands import deadletter_app
+from harness_r1.daemon.ingest_commands import ingest_app
 from harness_r1.daemon.overlay_commands import keys_app, overlay_app
 from harness_r1.daemon.train_commands import train_app
 
@@ -33,6 +34,7 @@ app.add_typer(overlay_app, name="overlay")
 app.add_typer(keys_app, name="keys")
 app.add_typer(config_app, name="config")
 app.add_typer(deadletter_app, name="deadletter")
+app.add_typer(ingest_app, name="ingest")
 console = Console(stderr=True)
 
 

@@ -98,6 +98,7 @@ class ControlFollower:
         max_clock_skew: timedelta = timedelta(seconds=30),
         max_attempts: int = MAX_ATTEMPTS,
         mark_stream: str = FOLLOWED_STREAM,
+        on_skip: Callable[[ControlCommand], str] | None = None,
     ) -> None:
         """mark_stream names this follower's seq marks in the registry. Daemons that share one
         database and each follow the topic should each pass a name of their own that survives
@@ -112,6 +113,7 @@ class ControlFollower:
         self._skew = max_clock_skew
         self._max_attempts = max_attempts
         self.mark_stream = mark_stream
+        self._on_skip = on_skip
         self._pending: list[Record] = []  # a batch cut short by a database error
         self._attempts = 0  # failed attempts at self._pending[0]
         self.seen = 0
@@ -174,11 +176,25 @@ class ControlFollower:
 
     def apply(self, command: ControlCommand) -> str:
         """In one registry transaction: advance the (control, target) mark and, if it moved,
-        record the command's effect. "rejected_replay" when the mark did not move."""
+        record the command's effect. "rejected_replay" when the mark did not move.
+
+        skip_offset acts on the state store, not the registry, so it cannot share the
+        registry's transaction: it is refused as a replay if the mark already holds its seq,
+        applied (`on_skip`, forward-only, so applying it twice is harmless), and only then
+        does the mark move. A crash in between applies it again; never loses it."""
+        if command.command is ControlKind.SKIP_OFFSET:
+            return self._skip(command)
         with self.registry.transaction():
             if not self.registry.advance_mark(command.target, self.mark_stream, command.seq):
                 return "rejected_replay"
             return record_control(self.registry, command, recorder="control_follower")
+
+    def _skip(self, command: ControlCommand) -> str:
+        if self.registry.mark(command.target, self.mark_stream) >= command.seq:
+            return "rejected_replay"
+        result = "noted" if self._on_skip is None else self._on_skip(command)
+        self.registry.advance_mark(command.target, self.mark_stream, command.seq)
+        return result
 
     def _verify(self, record: Record) -> ControlCommand:
         payload = open_message(

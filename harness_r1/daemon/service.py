@@ -165,6 +165,8 @@ class Daemon:
         self._store_error: str | None = None
         self._progress = PartitionProgress(self.config.stuck_after_s)
         self._standby = False
+        self._reopen_requested = threading.Event()
+        self.ingest_reopens = 0  # how often ingest restarted from the store's positions
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -214,6 +216,11 @@ class Daemon:
             pass
         self._stop.clear()
         self.stop()
+
+    def request_ingest_reopen(self) -> None:
+        """Make the ingest loop start again from the store's positions (after an operator
+        moved them: `harness-r1 ingest skip`)."""
+        self._reopen_requested.set()
 
     @property
     def stopping(self) -> bool:
@@ -275,6 +282,10 @@ class Daemon:
         lag_at = 0.0
         was_connected = True
         while not self._stop.is_set():
+            if self._reopen_requested.is_set():
+                self._reopen_requested.clear()
+                log.info("ingest_reopened_from_store_positions")
+                self.ingest = self._reopen_ingest(self.ingest)
             if time.monotonic() - lag_at >= self.config.lag_interval_s:
                 lag_at = time.monotonic()
                 self._update_lag(self.ingest)
@@ -320,7 +331,9 @@ class Daemon:
         old.close()
         while not self._stop.is_set():
             try:
-                return self._ingest_factory()
+                ingest = self._ingest_factory()
+                self.ingest_reopens += 1
+                return ingest
             except Exception as err:  # noqa: BLE001 - store still down: keep trying
                 log.error("ingest_reopen_failed", error=f"{type(err).__name__}: {err}"[:300])
                 self._stop.wait(self.config.backoff_max_s)

@@ -23,7 +23,8 @@ from harness_r1.consumers.kafka import (
     make_producer,
     publish,
 )
-from harness_r1.contracts import CanaryReport
+from harness_r1.contracts import CanaryReport, ControlCommand
+from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, LoopMetricsSink, TaskIndex
@@ -311,6 +312,7 @@ def build_daemon(
         event,
     )
     metrics.set_engineer_version(loop.proposer.name)
+    skipper = IngestSkipper(settings.kafka.group_id, store, event)
     ingest_config = IngestConfig(
         topic=settings.trajectory_topic,
         group=settings.kafka.group_id,
@@ -342,8 +344,9 @@ def build_daemon(
         grpo_update=_grpo_job(
             store, settings, metrics, None if proposer else _engineer_reloader(settings, loop)
         ),
-        control_factory=_control_follower(settings, kafka, overlays, store, metrics),
+        control_factory=_control_follower(settings, kafka, overlays, store, metrics, skipper),
     )
+    skipper.daemon = daemon
     health = HealthServer(registry, settings.metrics.host, settings.metrics.port, daemon.ready)
 
     def close() -> None:
@@ -354,12 +357,59 @@ def build_daemon(
     return Built(daemon, health, metrics, registry, close)
 
 
+class IngestSkipper:
+    """Applies a verified skip_offset: moves this group's stored position forward (never
+    back), makes the daemon's ingest loop re-read from the store, and puts it on record (log
+    and events topic): the records passed over are given up on purpose, by the operator the
+    signed command names."""
+
+    def __init__(
+        self, group: str, store: StateStore, event: Callable[[dict[str, Any]], None]
+    ) -> None:
+        self.group = group
+        self.store = store
+        self.event = event
+        self.daemon: Daemon | None = None  # set once built
+
+    def __call__(self, command: ControlCommand) -> str:
+        if command.target != f"{INGEST_TARGET_PREFIX}{self.group}":
+            return "noted"  # another group's daemons
+        assert command.topic is not None and command.partition is not None
+        assert command.offset is not None
+        key = (command.topic, command.partition)
+        before = self.store.positions(self.group).get(key, 0)
+        if before >= command.offset:
+            return "already_applied"
+        self.store.advance_positions(self.group, {key: command.offset})
+        if self.daemon is not None:
+            self.daemon.request_ingest_reopen()
+        body: dict[str, Any] = {
+            "group": self.group,
+            "topic": command.topic,
+            "partition": command.partition,
+            "from_offset": before,
+            "to_offset": command.offset,
+            "records_skipped": command.offset - before,
+            "actor": command.actor,
+            "reason": command.reason,
+            "seq": command.seq,
+            "key_id": command.key_id,
+        }
+        log.warning("ingest_offset_skipped", **body)
+        try:
+            self.event({"event": "ingest_offset_skipped", **body})
+        except Exception as err:  # noqa: BLE001 - done and logged; the topic copy is extra
+            log.error("ingest_skip_event_not_published", error=str(err)[:300])
+        return "reconciled"
+
+
 def _control_follower(
     settings: Settings,
     kafka: KafkaSettings,
     overlays: OverlayRegistry,
     store: StateStore,
     metrics: DaemonMetrics,
+    on_skip: Callable[[ControlCommand], str] | None = None,
 ) -> Callable[[], ControlFollower] | None:
     """Follow the control topic when the daemon knows the trusted keys (keys_dir, or the public
     half of its own signing key); without keys it cannot verify, so it does not follow."""
@@ -381,7 +431,13 @@ def _control_follower(
         # Each consumer group keeps its own mark of the commands it followed (a daemon on the
         # same database with another group is not told "replay" for what the first one saw).
         return ControlFollower(
-            reader, keyring, overlays, report, save, mark_stream=f"control:{group}"
+            reader,
+            keyring,
+            overlays,
+            report,
+            save,
+            mark_stream=f"control:{group}",
+            on_skip=on_skip,
         )
 
     return build

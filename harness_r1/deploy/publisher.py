@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.exc import SQLAlchemyError
 
 from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease
+from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC
 from harness_r1.deploy.registry import (
     InvalidTransition,
@@ -223,6 +224,24 @@ class Publisher:
                 revoke_overlay_id=revoke_overlay_id,
             )
 
+    def skip_offset(
+        self, group: str, topic: str, partition: int, offset: int, *, actor: str, reason: str
+    ) -> ControlCommand:
+        """Publish a signed order for the daemons ingesting as `group` to read `topic`'s
+        `partition` from `offset` on (forward only): the operator's way past a record their
+        Kafka client cannot get past. Signed, seq-numbered and expiring like every control
+        command; the daemon's control follower applies it and reports it on the events topic."""
+        with self._lock:
+            return self._control(
+                ControlKind.SKIP_OFFSET,
+                f"{INGEST_TARGET_PREFIX}{group}",
+                actor=actor,
+                reason=reason,
+                overlay_id=None,
+                revoke_overlay_id=None,
+                skip=(topic, partition, offset),
+            )
+
     def _control(
         self,
         command: ControlKind,
@@ -232,6 +251,7 @@ class Publisher:
         reason: str,
         overlay_id: str | None,
         revoke_overlay_id: str | None,
+        skip: tuple[str, int, int] | None = None,
     ) -> ControlCommand:
         if command is ControlKind.ROLLBACK and revoke_overlay_id is None:
             revoke_overlay_id = self._newest_live(target)
@@ -263,6 +283,9 @@ class Publisher:
             revoke_overlay_id=revoke_overlay_id,
             actor=actor,
             reason=reason,
+            topic=skip[0] if skip else None,
+            partition=skip[1] if skip else None,
+            offset=skip[2] if skip else None,
         )
         self._publish(self.config.control_topic, payload)
         self.last_recorded = self._record_control(payload)

@@ -1,0 +1,75 @@
+"""`harness-r1 ingest skip`: move the daemon's ingest past records it cannot get past.
+
+Every record the daemon can read ends in the store or on the dead-letter topic, so nothing a
+producer sends can hold a partition. What can is below the records: a batch the Kafka client
+cannot decode at all (a codec it lacks, a corrupt batch). For that an operator names the next
+offset to read; the order goes out as a signed, seq-numbered, expiring control command (target
+`ingest:<consumer group>`, which agents ignore as not theirs), the daemon's control follower
+verifies it like any command, moves the stored position forward (never back), restarts ingest
+from there, and records who skipped what and why in its log and on the events topic.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ingest_app = typer.Typer(no_args_is_help=True, help="The daemon's trajectory ingest.")
+
+
+@ingest_app.command("skip")
+def ingest_skip(
+    partition: Annotated[int, typer.Option(min=0, help="Partition of the trajectory topic.")],
+    offset: Annotated[int, typer.Option(min=0, help="Next offset to read (forward only).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded with the command).")],
+    topic: Annotated[
+        str | None, typer.Option(help="Topic (default: the trajectory topic).")
+    ] = None,
+    actor: Annotated[str | None, typer.Option(help="Who acts (default: $USER).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", exists=True, help="Daemon settings (YAML).")
+    ] = None,
+) -> None:
+    """Order the daemons of this consumer group to read PARTITION from OFFSET on.
+
+    Example: harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"
+    """
+    from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
+    from harness_r1.daemon.settings import load_settings
+    from harness_r1.deploy.publisher import Publisher, PublisherConfig
+    from harness_r1.deploy.registry import OverlayRegistry
+    from harness_r1.deploy.signing import Signer
+
+    settings = load_settings(config)
+    kafka = settings.kafka_client("harness-r1-cli")
+    ensure_topics(kafka, [settings.control_topic])
+    producer = make_producer(kafka)
+
+    def send(topic_: str, value: bytes, key: bytes | None) -> None:
+        publish(producer, topic_, value, key=key, timeout_s=kafka.send_timeout_s)
+
+    publisher = Publisher(
+        OverlayRegistry(settings.registry_url()),
+        Signer.from_file(settings.require_signing_key()),
+        send,
+        PublisherConfig(release_topic=settings.release_topic, control_topic=settings.control_topic),
+    )
+    try:
+        command = publisher.skip_offset(
+            settings.kafka.group_id,
+            topic or settings.trajectory_topic,
+            partition,
+            offset,
+            actor=actor or os.environ.get("USER") or getpass.getuser(),
+            reason=reason,
+        )
+    finally:
+        producer.close(timeout=5)
+    typer.echo(
+        f"published skip_offset seq {command.seq} for {command.target}: "
+        f"{command.topic}:{command.partition} from offset {command.offset}"
+    )
