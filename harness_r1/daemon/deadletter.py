@@ -41,9 +41,11 @@ MAX_REASON_CHARS = 500
 #: (kafka-python's and Kafka's default), and headers ride in the same request.
 DEFAULT_MAX_VALUE_BYTES = 512 * 1024
 #: Original key and headers beyond these sizes are cut too (keys) or dropped (headers).
-MAX_KEY_BYTES = 16 * 1024
+MAX_KEY_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 ORIGINAL_PREFIX = "original."
+#: The one header a dead letter keeps when the original ones were too large to carry.
+HEADERS_DROPPED = "harness_r1.headers_dropped"
 
 
 class ReasonCode(StrEnum):
@@ -82,7 +84,9 @@ class DeadLetter:
 
     @property
     def truncated(self) -> bool:
-        return len(self.value) < self.original_size
+        """The value was cut, or the original headers dropped: not the whole record."""
+        dropped = any(name == HEADERS_DROPPED for name, _ in self.headers)
+        return len(self.value) < self.original_size or dropped
 
     @property
     def reason(self) -> str:
@@ -113,6 +117,13 @@ class DeadLetter:
         return tuple((str(name), base64.b64decode(data)) for name, data in json.loads(text))
 
 
+def printable(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """`text` safe for any database text column and any header: NULs and lone surrogates
+    (which a record can smuggle into a validation message, e.g. as a JSON key) escaped."""
+    escaped = text[: limit * 2].replace("\x00", "\\x00")
+    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
+
+
 def dead_letter(
     record: Record,
     group: str,
@@ -124,7 +135,8 @@ def dead_letter(
     """The dead letter of `record`: value, key and headers cut to what one request can carry."""
     headers = record.headers
     if sum(len(name) + len(data) for name, data in headers) > MAX_HEADER_BYTES:
-        headers = (("dropped", f"{len(headers)} headers over {MAX_HEADER_BYTES} bytes".encode()),)
+        note = f"{len(headers)} headers over {MAX_HEADER_BYTES} bytes".encode()
+        headers = ((HEADERS_DROPPED, note),)
     key = record.key[:MAX_KEY_BYTES] if record.key is not None else None
     return DeadLetter(
         group=group,
@@ -137,7 +149,7 @@ def dead_letter(
         value=record.value[:max_value_bytes],
         original_size=len(record.value),
         reason_code=code,
-        detail=detail,
+        detail=printable(detail),
     )
 
 

@@ -47,18 +47,28 @@ from harness_r1.daemon.store import IngestItem, IngestResult, StateStore, ingest
 
 log = structlog.get_logger(__name__)
 
-#: Errors of the database itself (unreachable, locked, out of resources): retry the batch.
-#: Everything else a store transaction raises is about the data of some record.
-INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.InternalError,
-    sa_exc.TimeoutError,
-    sa_exc.DisconnectionError,
-    sa_exc.ResourceClosedError,
-    OSError,
-    MemoryError,
-)
+#: A batch of at least this many records that the store refuses one by one, every one, is
+#: taken for a store problem (a constraint an operator added, say), not poison: fail the poll
+#: rather than dead-letter a whole stream. Smaller all-poison batches are dead-lettered.
+ALL_REFUSED_MIN = 16
+
+
+class StoreRefusedEverything(RuntimeError):
+    """Every record of a big batch was refused one by one (see ALL_REFUSED_MIN). Fails the
+    poll, like an infrastructure error; nothing moves."""
+
+
+def is_data_error(err: BaseException) -> bool:
+    """Whether a store transaction failed on some record's data (a constraint, a value the
+    column or the driver refuses) rather than on the database or our code: only then is the
+    batch split to find the record. Anything else (connection, lock, permission, a bug) fails
+    the poll and nothing moves, so a broken store never dead-letters good records."""
+    if isinstance(err, sa_exc.DataError | sa_exc.IntegrityError):
+        return True
+    # A value the driver could not bind (an encoding error, say): no DBAPI error behind it.
+    if isinstance(err, sa_exc.StatementError) and not isinstance(err, sa_exc.DBAPIError):
+        return isinstance(err.orig, ValueError | TypeError | UnicodeError | OverflowError)
+    return False
 
 
 @dataclass(frozen=True)
@@ -287,11 +297,16 @@ class TrajectoryIngest:
         positions = next_positions(records)
         try:
             return self.store.ingest(items, group, positions, letters), []
-        except INFRASTRUCTURE_ERRORS:
-            raise
-        except Exception as err:  # noqa: BLE001 - some record's data: find it
+        except Exception as err:
+            if not is_data_error(err):
+                raise
             log.warning("ingest_batch_refused_isolating", error=_short(err), records=len(items))
         stored, refused = self._isolate(items)
+        if len(refused) == len(items) >= ALL_REFUSED_MIN:
+            raise StoreRefusedEverything(
+                f"the store refused each of {len(items)} records alone ({refused[0][1]}): "
+                "a store problem, not poison records; nothing was moved"
+            )
         by_source = {(r.topic, r.partition, r.offset): r for r in records}
         refused_letters = [
             self._letter(
@@ -314,9 +329,9 @@ class TrajectoryIngest:
             return IngestResult(0, 0, 0), []
         try:
             return self.store.ingest(items, self.config.group, {}), []
-        except INFRASTRUCTURE_ERRORS:
-            raise
-        except Exception as err:  # noqa: BLE001 - some record's data: split further
+        except Exception as err:
+            if not is_data_error(err):
+                raise
             if len(items) == 1:
                 return IngestResult(0, 0, 0), [(items[0], _short(err))]
         middle = len(items) // 2

@@ -1,25 +1,28 @@
 """One record can never stop ingestion, and a dead letter is published once per record.
 
-On the real broker and a real SQLite store: a record that validation passes but the store
-refuses (made real with a trigger that aborts its insert) is isolated and dead-lettered while
-the rest of its batch is stored; a store that is down (its write lock held by another
-connection) fails the poll without moving anything, and the retried batch publishes each dead
-letter once (it used to publish them again on every retry: 29 malformed records became 134
-dead letters); a broker that is away keeps dead letters in the outbox until it is back.
+On the real broker and a real store (SQLite, and the local PostgreSQL where one answers): a
+record that validation passes but the store refuses (a trigger or a CHECK constraint) is
+isolated and dead-lettered while the rest of its batch is stored; a reason holding a NUL is
+stored (PostgreSQL once refused it and wedged the partition); a store that is broken (a table
+renamed away) fails the poll without moving or dead-lettering anything, and the retried batch
+publishes each dead letter once (it used to publish them again on every retry: 29 malformed
+records became 134 dead letters); a broker that is away keeps dead letters in the outbox until
+it is back.
 """
 
 from __future__ import annotations
 
+import json
 import random
-import sqlite3
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from test_durability import synthetic_trajectory
+from test_store import PG_URL, _drop_daemon_tables
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import (
@@ -29,7 +32,12 @@ from harness_r1.consumers.kafka import (
     make_producer,
     publish,
 )
-from harness_r1.daemon.ingest import IngestConfig, TrajectoryIngest
+from harness_r1.daemon.ingest import (
+    ALL_REFUSED_MIN,
+    IngestConfig,
+    StoreRefusedEverything,
+    TrajectoryIngest,
+)
 from harness_r1.daemon.store import StateStore
 
 pytestmark = pytest.mark.integration
@@ -37,24 +45,58 @@ pytestmark = pytest.mark.integration
 POISON_AGENT = "agent-poison"
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The state store on SQLite, and on the local PostgreSQL where one answers (PostgreSQL
+    refuses what SQLite takes: a NUL in text)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.db'}"
+        return
+    engine = create_engine(PG_URL, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect():
+            pass
+    except Exception as err:  # any failure to connect means "no server here"
+        engine.dispose()
+        pytest.skip(f"no PostgreSQL answering at {PG_URL}: {type(err).__name__}: {err}")
+    _drop_daemon_tables(engine)
+    try:
+        yield PG_URL
+    finally:
+        _drop_daemon_tables(engine)
+        engine.dispose()
+
+
+def refuse_poison(store: StateStore) -> None:
+    """A real refusal by the database itself: a trigger (SQLite) or a CHECK (PostgreSQL)."""
+    with store._write_engine.begin() as conn:
+        if store._dialect == "sqlite":
+            conn.execute(
+                text(
+                    "CREATE TRIGGER poison BEFORE INSERT ON daemon_trajectories "
+                    f"WHEN NEW.agent_id = '{POISON_AGENT}' "
+                    "BEGIN SELECT RAISE(ABORT, 'poison record'); END"
+                )
+            )
+        else:
+            conn.execute(
+                text(
+                    "ALTER TABLE daemon_trajectories ADD CONSTRAINT poison "
+                    f"CHECK (agent_id <> '{POISON_AGENT}')"
+                )
+            )
+
+
 @pytest.fixture
-def rig(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Iterator[dict[str, Any]]:
+def rig(db_url: str, kafka_broker: EmbeddedBroker) -> Iterator[dict[str, Any]]:
     run = uuid.uuid4().hex[:8]
     kafka = KafkaSettings(
         bootstrap=kafka_broker.bootstrap, request_timeout_ms=3_000, send_timeout_s=3.0
     )
     topic, dlq = f"traj-{run}", f"dlq-{run}"
     ensure_topics(kafka, [topic, dlq], 1)
-    db = tmp_path / "state.db"
-    store = StateStore(f"sqlite:///{db}", busy_timeout_ms=200)
-    with store._write_engine.begin() as conn:  # a real refusal by the database itself
-        conn.execute(
-            text(
-                "CREATE TRIGGER poison BEFORE INSERT ON daemon_trajectories "
-                f"WHEN NEW.agent_id = '{POISON_AGENT}' "
-                "BEGIN SELECT RAISE(ABORT, 'poison record'); END"
-            )
-        )
+    store = StateStore(db_url, busy_timeout_ms=200)
+    refuse_poison(store)
     producer = make_producer(kafka)
     sent: list[tuple[str, bytes, Sequence[tuple[str, bytes]], int]] = []
 
@@ -68,7 +110,7 @@ def rig(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Iterator[dict[str, Any]
         "kafka": kafka,
         "topic": topic,
         "dlq": dlq,
-        "db": db,
+        "db_url": db_url,
         "store": store,
         "producer": producer,
         "ingest": ingest,
@@ -112,40 +154,81 @@ def dead_letters(rig: dict[str, Any]) -> list[Any]:
         return out
 
 
+def nul_key_record() -> bytes:
+    """Valid but for an extra key holding a NUL: pydantic quotes the key in its message, so
+    the dead letter's reason carries the NUL (PostgreSQL text refuses it: this record once
+    wedged its partition there)."""
+    doc = json.loads(trajectories(1, poison=set())[0])
+    doc["\u0000x"] = 1
+    return json.dumps(doc).encode()
+
+
 def test_a_record_the_store_refuses_is_isolated_and_dead_lettered(rig: dict[str, Any]) -> None:
     values = trajectories(40, poison={3, 17, 18, 39})
-    produce(rig, values + [b"{broken"])
-    assert drain(rig["ingest"], 41) == 41
+    produce(rig, values + [b"{broken", nul_key_record()])
+    assert drain(rig["ingest"], 42) == 42
     store: StateStore = rig["store"]
     assert store.trajectory_count() == 36
-    assert store.positions("g") == {(rig["topic"], 0): 41}
+    assert store.positions("g") == {(rig["topic"], 0): 42}
     dead = dead_letters(rig)
-    assert sorted(int(dict(r.headers)["source_offset"]) for r in dead) == [3, 17, 18, 39, 40]
+    assert sorted(int(dict(r.headers)["source_offset"]) for r in dead) == [3, 17, 18, 39, 40, 41]
     reasons = {int(dict(r.headers)["source_offset"]): dict(r.headers)["reason"] for r in dead}
     assert reasons[17].startswith(b"unstorable: the store refused it: IntegrityError")
     assert reasons[40].startswith(b"not_json")
+    assert reasons[41].startswith(b"invalid: Extra inputs") and b"\\x00x" in reasons[41]
     assert store.count_pending_dead_letters() == 0
 
 
-def test_a_store_that_is_down_retries_the_batch_and_dead_letters_once(
+def test_a_broken_store_dead_letters_nothing(rig: dict[str, Any]) -> None:
+    """A store error that is not about a record's data (here the table is gone: an operator's
+    migration gone wrong) fails the poll and moves nothing; and a big batch whose every record
+    the store refuses alone is taken for a store problem too, not for poison."""
+    store: StateStore = rig["store"]
+    produce(rig, trajectories(20, poison=set()))
+    with store._write_engine.begin() as conn:
+        conn.execute(text("ALTER TABLE daemon_trajectories RENAME TO daemon_t_moved"))
+    try:
+        with pytest.raises(Exception, match="daemon_trajectories"):
+            drain(rig["ingest"], 20)
+    finally:
+        with store._write_engine.begin() as conn:
+            conn.execute(text("ALTER TABLE daemon_t_moved RENAME TO daemon_trajectories"))
+    assert store.positions("g") == {} and store.count_pending_dead_letters() == 0
+    reopen(rig)
+    assert drain(rig["ingest"], 20) == 20 and store.trajectory_count() == 20
+
+    produce(rig, trajectories(ALL_REFUSED_MIN, poison=set(range(ALL_REFUSED_MIN))))
+    with pytest.raises(StoreRefusedEverything):
+        drain(rig["ingest"], ALL_REFUSED_MIN)
+    assert store.positions("g") == {(rig["topic"], 0): 20}
+    assert store.count_pending_dead_letters() == 0 and not dead_letters(rig)
+
+
+def reopen(rig: dict[str, Any]) -> None:
+    """What the daemon does after a failed poll: a new reader from the stored positions."""
+    rig["ingest"].close()
+    rig["ingest"] = TrajectoryIngest(
+        rig["kafka"], rig["ingest"].config, rig["store"], rig["ingest"].outbox._send
+    )
+
+
+def test_a_store_that_fails_retries_the_batch_and_dead_letters_once(
     rig: dict[str, Any],
 ) -> None:
     values = trajectories(20, poison={5})
     malformed = [b"not json %d" % i for i in range(29)]
     produce(rig, values + malformed)
-    blocker = sqlite3.connect(rig["db"], timeout=0.1)
-    blocker.execute("BEGIN IMMEDIATE")  # the store's write lock, held elsewhere
+    store: StateStore = rig["store"]
+    with store._write_engine.begin() as conn:  # the store broken under the ingest
+        conn.execute(text("ALTER TABLE daemon_failure_buffer RENAME TO daemon_b_moved"))
     try:
         for _ in range(5):
-            with pytest.raises(Exception, match="locked"):
+            with pytest.raises(Exception, match="daemon_failure_buffer"):
                 rig["ingest"].poll_once(1_000)
-            rig["ingest"].close()  # as the daemon does: reopen from the stored positions
-            rig["ingest"] = TrajectoryIngest(
-                rig["kafka"], rig["ingest"].config, rig["store"], rig["ingest"].outbox._send
-            )
+            reopen(rig)  # as the daemon does: a new reader from the stored positions
     finally:
-        blocker.rollback()
-        blocker.close()
+        with store._write_engine.begin() as conn:
+            conn.execute(text("ALTER TABLE daemon_b_moved RENAME TO daemon_failure_buffer"))
     assert drain(rig["ingest"], 49) == 49
     assert rig["store"].trajectory_count() == 19
     dead = dead_letters(rig)
