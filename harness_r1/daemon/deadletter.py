@@ -4,11 +4,12 @@ Every consumed record ends in exactly one place: the store, or the dead-letter t
 once on the topic is reached with an outbox, not by publishing from the poll loop: the dead
 letter is written into the state store in the SAME transaction that moves the consumer past
 its record (`StateStore.ingest`), and published from there afterwards (`DeadLetterOutbox`);
-its row is deleted only once the broker acknowledged it. So a store transaction that is
-retried never publishes twice, and a broker that is away delays dead letters instead of
-wedging ingestion. The one window left (a crash after the broker's ack and before the row is
-deleted) publishes a copy with the same `dead_letter_id` header, the dedup key a reader of the
-topic can use.
+its row is marked published once the broker acknowledged it and kept until retention, so the
+same record read again later finds its letter there and is not published again. So a store
+transaction that is retried never publishes twice, and a broker that is away delays dead
+letters instead of wedging ingestion. The one window left (a crash after the broker's ack and
+before the row is marked) publishes a copy with the same `dead_letter_id` header, the dedup key
+a reader of the topic can use.
 
 What a dead letter carries (header names are part of the operator contract):
 - the original key and timestamp (as the record's own key and timestamp), and the original
@@ -175,7 +176,8 @@ class OutboxStore(Protocol):
     """What the outbox needs of the state store (StateStore provides it)."""
 
     def pending_dead_letters(self, group: str, limit: int) -> list[tuple[int, DeadLetter]]: ...
-    def delete_dead_letters(self, row_ids: Sequence[int]) -> int: ...
+    def mark_dead_letters_published(self, row_ids: Sequence[int]) -> int: ...
+    def count_pending_dead_letters(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -186,8 +188,8 @@ class DrainReport:
 
 
 class DeadLetterOutbox:
-    """Publishes a consumer group's stored dead letters, oldest first, deleting each once
-    acknowledged. One outbox per group and process (the ingest lock makes it so), which lets
+    """Publishes a consumer group's stored dead letters, oldest first, marking each published
+    once acknowledged. One outbox per group and process (the ingest lock makes it so), which lets
     it skip the query while it knows the outbox is empty (`written` says when it is not)."""
 
     def __init__(self, store: OutboxStore, send: DeadLetterSend, topic: str, group: str) -> None:
@@ -196,6 +198,10 @@ class DeadLetterOutbox:
         self.topic = topic
         self.group = group
         self._maybe_pending = True  # unknown at start: a crash may have left letters
+
+    @property
+    def maybe_pending(self) -> bool:
+        return self._maybe_pending
 
     def written(self) -> None:
         """Dead letters were stored for this group: the next drain must look."""
@@ -227,7 +233,9 @@ class DeadLetterOutbox:
                 offset=letter.offset,
             )
         if done:
-            self._store.delete_dead_letters(done)
+            self._store.mark_dead_letters_published(done)
         left = len(rows) - len(done)
         self._maybe_pending = left > 0 or len(rows) == limit
+        if len(rows) == limit:  # more may wait than one drain reads
+            left = self._store.count_pending_dead_letters()
         return DrainReport(sent, left, error)

@@ -43,7 +43,13 @@ from harness_r1.daemon.deadletter import (
     ReasonCode,
     dead_letter,
 )
-from harness_r1.daemon.store import IngestItem, IngestResult, StateStore, ingest_item
+from harness_r1.daemon.store import (
+    IngestItem,
+    IngestLease,
+    IngestResult,
+    StateStore,
+    ingest_item,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -197,9 +203,13 @@ class TrajectoryIngest:
         store: StateStore,
         dead_letter_send: DeadLetterSend,
         owns: Callable[[str, int], bool] | None = None,
+        lease: IngestLease | None = None,
     ) -> None:
+        """lease: the group's ingest lease, checked in every store transaction (None: no
+        other daemon can ingest as this group, as in tests and benchmarks)."""
         self.config = config
         self.store = store
+        self.lease = lease
         self.outbox = DeadLetterOutbox(
             store, dead_letter_send, config.dead_letter_topic, config.group
         )
@@ -220,7 +230,7 @@ class TrajectoryIngest:
     def poll_once(self, timeout_ms: int | None = None) -> PollReport:
         """Steps 1-6 for one batch. Raises only when the store itself fails (the daemon
         retries then; nothing was committed, so the batch is read again)."""
-        earlier = self.outbox.drain()
+        earlier = self._drain()
         records = self.reader.poll(
             self.config.poll_timeout_ms if timeout_ms is None else timeout_ms
         )
@@ -255,7 +265,9 @@ class TrajectoryIngest:
         letters.extend(refused)
         if letters:
             self.outbox.written()
-        now = self.outbox.drain()
+        # A drain that failed just now (the broker away) is not tried twice in one poll: each
+        # try may wait the whole send timeout, and a stop request waits for the poll.
+        now = self._drain() if earlier.error is None else DrainReport({}, earlier.pending, None)
         committed = self.reader.commit(self.config.commit_timeout_ms)
         if committed:
             self.last_commit_at = time.time()
@@ -275,6 +287,16 @@ class TrajectoryIngest:
             dead_letters_pending=now.pending,
             dead_letter_error=now.error or earlier.error,
         )
+
+    def _drain(self) -> DrainReport:
+        """Publish waiting dead letters, only while this process holds the group's lease: a
+        daemon that lost it must not publish what the new holder publishes too."""
+        lease = self.lease
+        if lease is not None and self.outbox.maybe_pending:
+            holds = self.store.holds_ingest_lease(lease)
+            if not holds:
+                return DrainReport({}, 0, None)
+        return self.outbox.drain()
 
     def _letter(self, record: Record, code: ReasonCode, detail: str) -> DeadLetter:
         return dead_letter(
@@ -296,7 +318,7 @@ class TrajectoryIngest:
         group = self.config.group
         positions = next_positions(records)
         try:
-            return self.store.ingest(items, group, positions, letters), []
+            return self.store.ingest(items, group, positions, letters, self.lease), []
         except Exception as err:
             if not is_data_error(err):
                 raise
@@ -316,7 +338,7 @@ class TrajectoryIngest:
             )
             for item, error in refused
         ]
-        self.store.ingest([], group, positions, [*letters, *refused_letters])
+        self.store.ingest([], group, positions, [*letters, *refused_letters], self.lease)
         return stored, refused_letters
 
     def _isolate(
@@ -328,7 +350,7 @@ class TrajectoryIngest:
         if not items:
             return IngestResult(0, 0, 0), []
         try:
-            return self.store.ingest(items, self.config.group, {}), []
+            return self.store.ingest(items, self.config.group, {}, (), self.lease), []
         except Exception as err:
             if not is_data_error(err):
                 raise
@@ -340,7 +362,7 @@ class TrajectoryIngest:
         return left.plus(right), left_refused + right_refused
 
     def drain_dead_letters(self) -> DrainReport:
-        return self.outbox.drain()
+        return self._drain()
 
     def close(self) -> None:
         self.reader.close()

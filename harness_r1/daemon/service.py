@@ -12,8 +12,11 @@ offset moves.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -28,7 +31,7 @@ import structlog
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop
-from harness_r1.daemon.store import StateStore
+from harness_r1.daemon.store import IngestLease, IngestLeaseLost, StateStore
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +65,7 @@ class DaemonConfig:
     #: One ingesting daemon per consumer group on a state store: the name of the store lock
     #: it holds while ingesting (None: no lock, tests). Another daemon waits as a standby.
     ingest_lock: str | None = None
+    ingest_lease_s: float = 15.0
     standby_retry_s: float = 5.0
     announce_interval_s: float = 20 * 60.0  # a third of a release's validity (1 h)
     jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
@@ -139,7 +143,7 @@ class Daemon:
     def __init__(
         self,
         store: StateStore,
-        ingest_factory: Callable[[], TrajectoryIngest],
+        ingest_factory: Callable[[IngestLease | None], TrajectoryIngest],
         loop: ImprovementLoop,
         config: DaemonConfig | None = None,
         sink: IngestSink | None = None,
@@ -166,13 +170,19 @@ class Daemon:
         self._progress = PartitionProgress(self.config.stuck_after_s)
         self._standby = False
         self._reopen_requested = threading.Event()
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease = (
+            None
+            if self.config.ingest_lock is None
+            else IngestLease(self.config.ingest_lock, self.instance, self.config.ingest_lease_s)
+        )
         self.ingest_reopens = 0  # how often ingest restarted from the store's positions
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
         _RUNNING[self.config.key] = self
-        self.ingest = self._ingest_factory()
+        self.ingest = self._ingest_factory(self.lease)
         self._spawn("ingest", self._ingest_loop)
         if self._control_factory is not None:
             follower = self._control_factory()
@@ -230,6 +240,9 @@ class Daemon:
         """Ready = the store answers and the broker was reached by the ingest reader."""
         if self.ingest is None:
             return False, "not started"
+        ingest_thread = next((t for t in self._threads if t.name == "ingest"), None)
+        if ingest_thread is not None and not ingest_thread.is_alive() and not self.stopping:
+            return False, "the ingest thread has stopped (see the log)"
         if self._standby:
             return True, f"standby: another daemon holds {self.config.ingest_lock}"
         if not self.ingest.reader.connected:
@@ -250,36 +263,49 @@ class Daemon:
     # -- threads -------------------------------------------------------------------------------
 
     def _ingest_loop(self) -> None:
-        """Ingest while holding the group's store lock (see DaemonConfig.ingest_lock): why
-        not a Kafka consumer group: its joins take ~23 s on tansu and a member closed during
-        a join wedged the group (DESIGN.md), and the store is the source of truth for
-        positions anyway. A standby polls nothing; it takes over, from the stored positions,
-        within standby_retry_s of the holder stopping or dying (the lock dies with it)."""
-        name = self.config.ingest_lock
-        if name is None:
-            self._ingest_while_held()
-            return
+        """Ingest while holding the group's ingest lease (DaemonConfig.ingest_lock), never
+        dying: an error anywhere in here is logged and the loop starts over after a wait.
+
+        Why a lease in the store and not a Kafka consumer group: joins take ~23 s on tansu
+        and a member closed during a join wedged the group (BENCHMARKS.md, DESIGN.md), and
+        the store is the source of truth for positions anyway. The lease is checked and
+        renewed inside every ingest transaction, so a daemon that lost it (paused longer than
+        its ttl, cut off from the database) cannot write after another took over. A standby
+        polls nothing; it takes over from the stored positions within standby_retry_s of a
+        clean stop (the lease is released) or ttl_s + standby_retry_s of a crash."""
         first = True
         while not self._stop.is_set():
-            with self.store.exclusive(name) as held:
-                if held:
-                    if self._standby or not first:
-                        log.info("ingest_taken_over", lock=name)
-                        assert self.ingest is not None
-                        self.ingest = self._reopen_ingest(self.ingest)
-                    self._standby = False
-                    self._ingest_while_held()
-                    return
-            if not self._standby:
-                log.info("ingest_standby", lock=name)
-            self._standby = True
-            first = False
-            self._stop.wait(self.config.standby_retry_s)
+            try:
+                if self.lease is not None and not self.store.acquire_ingest_lease(self.lease):
+                    if not self._standby:
+                        log.info("ingest_standby", lock=self.lease.name)
+                    self._standby = True
+                    first = False  # the reader opened at start is stale by takeover time
+                    self._stop.wait(self.config.standby_retry_s)
+                    continue
+                if not first:
+                    log.info("ingest_taken_over", lock=self.config.ingest_lock)
+                    assert self.ingest is not None
+                    self.ingest = self._reopen_ingest(self.ingest)
+                self._standby = False
+                first = False
+                self._ingest_while_held()
+            except Exception as err:  # noqa: BLE001 - the ingest thread must not die
+                first = False
+                self._store_ok = False
+                self._store_error = f"ingest: {type(err).__name__}: {err}"[:300]
+                log.exception("ingest_loop_error")
+                self._stop.wait(self.config.backoff_max_s)
+        if self.lease is not None:
+            with contextlib.suppress(Exception):
+                self.store.release_ingest_lease(self.lease)
 
     def _ingest_while_held(self) -> None:
+        """Poll and store until stopped, or until the lease is lost (then return)."""
         assert self.ingest is not None
         backoff = self.config.backoff_initial_s
-        lag_at = 0.0
+        lag_at = renewed_at = time.monotonic()
+        lag_at -= self.config.lag_interval_s
         was_connected = True
         while not self._stop.is_set():
             if self._reopen_requested.is_set():
@@ -289,8 +315,17 @@ class Daemon:
             if time.monotonic() - lag_at >= self.config.lag_interval_s:
                 lag_at = time.monotonic()
                 self._update_lag(self.ingest)
+            if self.lease is not None and time.monotonic() - renewed_at >= self.lease.ttl_s / 3:
+                renewed_at = time.monotonic()  # idle polls renew it here, busy ones in the store
+                if not self.store.acquire_ingest_lease(self.lease):
+                    log.warning("ingest_lease_lost", lock=self.lease.name)
+                    return
             try:
                 report = self.ingest.poll_once()
+            except IngestLeaseLost:
+                log.warning("ingest_lease_lost", lock=self.config.ingest_lock)
+                self.ingest = self._reopen_ingest(self.ingest)
+                return
             except Exception as err:  # noqa: BLE001 - the store failed: retry with backoff
                 self._store_ok = False
                 self._store_error = f"state store: {type(err).__name__}: {err}"[:300]
@@ -320,18 +355,31 @@ class Daemon:
 
     def _update_lag(self, ingest: TrajectoryIngest) -> None:
         """Lag per partition, and what readiness needs to name a stuck partition. Runs
-        whether the last poll worked or not: lag matters most while ingest fails."""
-        lag = ingest.reader.partition_lag()
-        if not lag:
-            return  # the broker did not answer: keep the last known values
-        self.sink.lag(lag)
-        self._progress.observe(ingest.reader.positions(), lag, time.monotonic())
+        whether the last poll worked or not: lag matters most while ingest fails. Also
+        re-reads the store's positions: one moved ahead of the reader (an operator's skip,
+        applied by whichever daemon's control follower read it) restarts the reader there.
+        Never raises: a failure here is logged and tried again next time."""
+        try:
+            lag = ingest.reader.partition_lag()
+            if lag:  # {}: the broker did not answer; keep the last known values
+                self.sink.lag(lag)
+                self._progress.observe(ingest.reader.positions(), lag, time.monotonic())
+            reader = ingest.reader.positions()
+            stored = ingest.store.positions(ingest.config.group)
+            ahead = [
+                f"{t}:{p}" for (t, p), o in stored.items() if o > reader.get(f"{t}:{p}", 0)
+            ]
+            if ahead and not self._store_error:
+                log.info("ingest_store_positions_ahead", partitions=ahead)
+                self.request_ingest_reopen()
+        except Exception as err:  # noqa: BLE001 - lag is worth a log line, not the thread
+            log.warning("ingest_lag_error", error=f"{type(err).__name__}: {err}"[:300])
 
     def _reopen_ingest(self, old: TrajectoryIngest) -> TrajectoryIngest:
         old.close()
         while not self._stop.is_set():
             try:
-                ingest = self._ingest_factory()
+                ingest = self._ingest_factory(self.lease)
                 self.ingest_reopens += 1
                 return ingest
             except Exception as err:  # noqa: BLE001 - store still down: keep trying

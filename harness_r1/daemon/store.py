@@ -109,6 +109,22 @@ class LeaseLost(StoreError):
     the batch was finished or released meanwhile): its result must not be recorded."""
 
 
+class IngestLeaseLost(StoreError):
+    """This process no longer holds the ingest lease of its consumer group (it expired and
+    another daemon took it): its transaction was rolled back, and it must stop ingesting."""
+
+
+@dataclass(frozen=True)
+class IngestLease:
+    """Who may ingest as a consumer group: checked and renewed inside every ingest
+    transaction, so a daemon that lost it (a pause longer than ttl_s, a partition from the
+    database) can never store, move positions or outbox a dead letter afterwards."""
+
+    name: str
+    holder: str
+    ttl_s: float = 15.0
+
+
 # --- records --------------------------------------------------------------------------------
 
 
@@ -343,8 +359,10 @@ class _PositionRow(StoreBase):
 
 
 class _DeadLetterRow(StoreBase):
-    """The dead-letter outbox: written with the positions that move past the record, deleted
-    once the dead-letter topic acknowledged it (see `harness_r1.daemon.deadletter`)."""
+    """The dead-letter outbox: written with the positions that move past the record, marked
+    published once the dead-letter topic acknowledged it (see `harness_r1.daemon.deadletter`).
+    Published rows stay until retention, so a record read again (a reader restarted from an
+    older position) finds its dead letter there and is not published a second time."""
 
     __tablename__ = "daemon_dead_letters"
     __table_args__ = (
@@ -371,6 +389,17 @@ class _DeadLetterRow(StoreBase):
     reason_code: Mapped[str] = mapped_column(String(32))
     detail: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    published_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+
+class _IngestLeaseRow(StoreBase):
+    """The ingest lease of a consumer group (see IngestLease)."""
+
+    __tablename__ = "daemon_ingest_leases"
+
+    lease_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class _PacketRow(StoreBase):
@@ -583,6 +612,13 @@ def _migrate_v1(conn: Connection) -> None:
     _v1_tables(metadata)
     # checkfirst=False: tables already there without a version row mean something else owns
     # them; fail loudly rather than adopt them.
+    Table(
+        "daemon_ingest_leases",
+        metadata,
+        Column("lease_name", String(255), primary_key=True),
+        Column("holder", String(200), nullable=False),
+        Column("expires_at", _tz(), nullable=False),
+    )
     metadata.create_all(conn, checkfirst=False)
 
 
@@ -619,6 +655,7 @@ def _migrate_v3(conn: Connection) -> None:
         Column("reason_code", String(32), nullable=False),
         Column("detail", Text, nullable=False),
         Column("created_at", _tz(), nullable=False),
+        Column("published_at", _tz()),
         Index(
             "daemon_dead_letters_source",
             "consumer_group",
@@ -636,7 +673,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2, "index trajectories(harness_version, consumed_at) for the live guard", _migrate_v2
     ),
-    Migration(3, "the dead-letter outbox", _migrate_v3),
+    Migration(3, "the dead-letter outbox; ingest leases", _migrate_v3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -869,6 +906,7 @@ class StateStore(SqlDatabase):
         group: str,
         positions: Mapping[tuple[str, int], int],
         dead_letters: Sequence[DeadLetter] = (),
+        lease: IngestLease | None = None,
     ) -> IngestResult:
         """Store new trajectories, buffer the new failures, move `group`'s positions: together.
 
@@ -885,6 +923,8 @@ class StateStore(SqlDatabase):
             unique.setdefault(item.trajectory_id, item)
         now = _now()
         with self._write() as session:
+            if lease is not None:
+                self._renew_lease(session, lease, now, must_hold=True)
             inserted = self._insert_trajectories(session, list(unique.values()), now)
             failed = [
                 item for item in unique.values() if item.failed and item.trajectory_id in inserted
@@ -977,6 +1017,65 @@ class StateStore(SqlDatabase):
         )
         session.execute(statement)
 
+    # -- ingest leases --
+
+    def _renew_lease(
+        self, session: Session, lease: IngestLease, now: datetime, *, must_hold: bool
+    ) -> bool:
+        """Take or extend the lease if it is free, expired or ours; with must_hold, only
+        extend it (never take it over) and raise IngestLeaseLost when it is not ours."""
+        table = StoreBase.metadata.tables[_IngestLeaseRow.__tablename__]
+        expires = now + _lease(lease.ttl_s)
+        if must_hold:
+            moved = self._rowcount(
+                session,
+                update(_IngestLeaseRow)
+                .where(
+                    _IngestLeaseRow.lease_name == lease.name,
+                    _IngestLeaseRow.holder == lease.holder,
+                    _IngestLeaseRow.expires_at >= now,
+                )
+                .values(expires_at=expires),
+            )
+            if moved != 1:
+                raise IngestLeaseLost(
+                    f"{lease.holder} no longer holds the ingest lease {lease.name!r}"
+                )
+            return True
+        statement = self._insert(table).values(
+            lease_name=lease.name, holder=lease.holder, expires_at=expires
+        )
+        upsert = statement.on_conflict_do_update(
+            index_elements=["lease_name"],
+            set_={"holder": statement.excluded.holder, "expires_at": statement.excluded.expires_at},
+            where=or_(table.c.holder == lease.holder, table.c.expires_at < now),
+        ).returning(table.c.holder)
+        return session.connection().execute(upsert).scalar_one_or_none() == lease.holder
+
+    def acquire_ingest_lease(self, lease: IngestLease) -> bool:
+        """Take the lease if it is free or expired, or extend it if it is ours already."""
+        with self._write() as session:
+            return self._renew_lease(session, lease, _now(), must_hold=False)
+
+    def holds_ingest_lease(self, lease: IngestLease) -> bool:
+        query = select(func.count()).where(
+            _IngestLeaseRow.lease_name == lease.name,
+            _IngestLeaseRow.holder == lease.holder,
+            _IngestLeaseRow.expires_at >= _now(),
+        )
+        with self._read() as session:
+            return bool(session.execute(query).scalar_one())
+
+    def release_ingest_lease(self, lease: IngestLease) -> None:
+        """Give the lease up (a clean stop): a standby takes over at once, not after ttl_s."""
+        with self._write() as session:
+            session.execute(
+                delete(_IngestLeaseRow).where(
+                    _IngestLeaseRow.lease_name == lease.name,
+                    _IngestLeaseRow.holder == lease.holder,
+                )
+            )
+
     def _insert_dead_letters(
         self, session: Session, letters: Sequence[DeadLetter], now: datetime
     ) -> None:
@@ -1011,28 +1110,31 @@ class StateStore(SqlDatabase):
         """`group`'s dead letters not yet acknowledged by the topic, oldest first."""
         query = (
             select(_DeadLetterRow)
-            .where(_DeadLetterRow.consumer_group == group)
+            .where(_DeadLetterRow.consumer_group == group, _DeadLetterRow.published_at.is_(None))
             .order_by(_DeadLetterRow.row_id)
             .limit(limit)
         )
         with self._read() as session:
             return [(row.row_id, _to_dead_letter(row)) for row in session.scalars(query)]
 
-    def delete_dead_letters(self, row_ids: Sequence[int]) -> int:
-        """Forget dead letters the topic acknowledged."""
-        deleted = 0
+    def mark_dead_letters_published(self, row_ids: Sequence[int]) -> int:
+        """Dead letters the topic acknowledged (kept, as published, until retention)."""
+        marked = 0
+        now = _now()
         with self._write() as session:
             for chunk in _chunks(list(row_ids)):
-                deleted += self._rowcount(
-                    session, delete(_DeadLetterRow).where(_DeadLetterRow.row_id.in_(chunk))
+                marked += self._rowcount(
+                    session,
+                    update(_DeadLetterRow)
+                    .where(_DeadLetterRow.row_id.in_(chunk))
+                    .values(published_at=now),
                 )
-        return deleted
+        return marked
 
     def count_pending_dead_letters(self) -> int:
+        query = select(func.count()).where(_DeadLetterRow.published_at.is_(None))
         with self._read() as session:
-            return int(
-                session.execute(select(func.count()).select_from(_DeadLetterRow)).scalar_one()
-            )
+            return int(session.execute(query).scalar_one())
 
     def advance_positions(self, group: str, positions: Mapping[tuple[str, int], int]) -> None:
         """Move positions without storing anything (records that went to the dead-letter
@@ -1532,6 +1634,7 @@ class StateStore(SqlDatabase):
         counts = {
             name: 0
             for name in (
+                "daemon_dead_letters",
                 "daemon_canary_candidates",
                 "daemon_canary_reports",
                 "daemon_packets",
@@ -1554,6 +1657,10 @@ class StateStore(SqlDatabase):
                     counts[model.__tablename__] += self._rowcount(
                         session, delete(model).where(model.batch_id.in_(chunk))
                     )
+            counts["daemon_dead_letters"] = self._rowcount(
+                session,
+                delete(_DeadLetterRow).where(_DeadLetterRow.published_at < cutoff),
+            )
             counts["daemon_trajectories"] = self._rowcount(
                 session,
                 delete(_TrajectoryRow).where(

@@ -325,7 +325,7 @@ def build_daemon(
     scheduler = settings.scheduler
     daemon = Daemon(
         store,
-        lambda: TrajectoryIngest(kafka, ingest_config, store, dead_letter),
+        lambda lease: TrajectoryIngest(kafka, ingest_config, store, dead_letter, lease=lease),
         loop,
         DaemonConfig(
             key=key,

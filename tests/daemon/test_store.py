@@ -18,13 +18,17 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
 
+from harness_r1.consumers.kafka import Record
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
+from harness_r1.daemon.deadletter import DeadLetter, ReasonCode, dead_letter
 from harness_r1.daemon.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
     BatchKey,
     CandidateRow,
     IngestItem,
+    IngestLease,
+    IngestLeaseLost,
     LeaseLost,
     SchemaTooNew,
     StateStore,
@@ -350,6 +354,7 @@ def test_purge_keeps_buffered_open_and_untrained_data(store: StateStore) -> None
     future = datetime.now(UTC) + timedelta(seconds=5)
     assert store.purge(datetime.now(UTC) - timedelta(hours=1)) == dict.fromkeys(
         (
+            "daemon_dead_letters",
             "daemon_canary_candidates",
             "daemon_canary_reports",
             "daemon_packets",
@@ -527,3 +532,42 @@ def test_exclusive_is_held_by_one_holder_at_a_time(store: StateStore, db_url: st
             assert after
     finally:
         other.close()
+
+
+def _letter(offset: int, group: str = GROUP) -> DeadLetter:
+    record = Record(TOPIC, 0, offset, b"k", b"bad\x00value", (("h", b"1"),), 1_700_000_000_000)
+    return dead_letter(record, group, ReasonCode.NOT_JSON, "detail with a \x00 NUL")
+
+
+def test_dead_letter_outbox_once_per_record_until_retention(store: StateStore) -> None:
+    store.ingest([], GROUP, {(TOPIC, 0): 2}, [_letter(0), _letter(1)])
+    pending = store.pending_dead_letters(GROUP)
+    assert [letter.offset for _, letter in pending] == [0, 1]
+    assert pending[0][1].headers == (("h", b"1"),) and pending[0][1].key == b"k"
+    assert "\x00" not in pending[0][1].detail  # escaped: PostgreSQL text refuses a NUL
+    assert store.pending_dead_letters("another-group") == []
+    store.mark_dead_letters_published([row for row, _ in pending])
+    assert store.count_pending_dead_letters() == 0
+    store.ingest([], GROUP, {(TOPIC, 0): 2}, [_letter(0), _letter(2)])  # 0 read again
+    assert [letter.offset for _, letter in store.pending_dead_letters(GROUP)] == [2]
+    purged = store.purge(datetime.now(UTC) + timedelta(seconds=5))
+    assert purged["daemon_dead_letters"] == 2  # the published ones; 2 still waits
+    assert store.count_pending_dead_letters() == 1
+
+
+def test_ingest_lease_one_holder_checked_in_every_ingest(store: StateStore) -> None:
+    a = IngestLease("ingest:g", "daemon-a", ttl_s=0.5)
+    b = IngestLease("ingest:g", "daemon-b", ttl_s=0.5)
+    assert store.acquire_ingest_lease(a) and not store.acquire_ingest_lease(b)
+    assert store.acquire_ingest_lease(a)  # renewal
+    store.ingest([item("t1", offset=0)], GROUP, {(TOPIC, 0): 1}, (), a)
+    with pytest.raises(IngestLeaseLost):
+        store.ingest([item("t2", offset=1)], GROUP, {(TOPIC, 0): 2}, (), b)
+    assert not store.has_trajectory("t2") and store.positions(GROUP) == {(TOPIC, 0): 1}
+    time.sleep(0.6)  # a paused holder: its lease runs out, another takes it
+    assert store.acquire_ingest_lease(b) and store.holds_ingest_lease(b)
+    with pytest.raises(IngestLeaseLost):
+        store.ingest([item("t3", offset=1)], GROUP, {(TOPIC, 0): 2}, (), a)
+    assert not store.has_trajectory("t3")
+    store.release_ingest_lease(b)
+    assert store.acquire_ingest_lease(a)  # a clean stop frees it at once
