@@ -727,6 +727,17 @@ class BroadcastReader:
         self.close()
 
 
+def partition_end(settings: KafkaSettings, topic: str, partition: int) -> int | None:
+    """The end of one partition's log (its high watermark), or None when the broker does
+    not answer. One fetch first, so the exact fetch high watermark is known (see
+    BroadcastReader.end_offsets for why ListOffsets alone is not enough on tansu)."""
+    with BroadcastReader(
+        settings, [topic], owns=lambda t, p: (t, p) == (topic, partition), max_poll_records=1
+    ) as reader:
+        reader.poll(500)
+        return reader.end_offsets().get(position_key(topic, partition))
+
+
 def _to_record(message: Any) -> Record:
     headers = tuple(
         (str(name), b"" if data is None else bytes(data)) for name, data in message.headers or ()

@@ -76,6 +76,7 @@ RESULTS = (
     "superseded",
     "noted",
     "unknown_overlay",
+    "out_of_range",  # skip_offset: not this daemon's topic, or past the partition's end
     "error",
     *(f"rejected_{reason.value}" for reason in Rejection),
 )

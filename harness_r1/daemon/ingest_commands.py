@@ -38,7 +38,7 @@ def ingest_skip(
 
     Example: harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"
     """
-    from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
+    from harness_r1.consumers.kafka import ensure_topics, make_producer, partition_end, publish
     from harness_r1.daemon.settings import load_settings
     from harness_r1.deploy.publisher import Publisher, PublisherConfig
     from harness_r1.deploy.registry import OverlayRegistry
@@ -46,6 +46,18 @@ def ingest_skip(
 
     settings = load_settings(config)
     kafka = settings.kafka_client("harness-r1-cli")
+    topic = topic or settings.trajectory_topic
+    if topic != settings.trajectory_topic:
+        raise typer.BadParameter(
+            f"the daemon ingests {settings.trajectory_topic!r}, not {topic!r}", param_hint="--topic"
+        )
+    end = partition_end(kafka, topic, partition)
+    if end is None or offset > end:
+        raise typer.BadParameter(
+            f"{topic}:{partition} ends at offset {end}; a skip past the end would make the "
+            "daemon re-read the partition from its start",
+            param_hint="--offset",
+        )
     ensure_topics(kafka, [settings.control_topic])
     producer = make_producer(kafka)
 
@@ -61,7 +73,7 @@ def ingest_skip(
     try:
         command = publisher.skip_offset(
             settings.kafka.group_id,
-            topic or settings.trajectory_topic,
+            topic,
             partition,
             offset,
             actor=actor or os.environ.get("USER") or getpass.getuser(),

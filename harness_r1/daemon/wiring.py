@@ -21,6 +21,7 @@ from harness_r1.consumers.kafka import (
     KafkaSettings,
     ensure_topics,
     make_producer,
+    partition_end,
     publish,
 )
 from harness_r1.contracts import CanaryReport, ControlCommand
@@ -312,7 +313,13 @@ def build_daemon(
         event,
     )
     metrics.set_engineer_version(loop.proposer.name)
-    skipper = IngestSkipper(settings.kafka.group_id, store, event)
+    skipper = IngestSkipper(
+        settings.kafka.group_id,
+        settings.trajectory_topic,
+        store,
+        event,
+        lambda topic, partition: partition_end(kafka, topic, partition),
+    )
     ingest_config = IngestConfig(
         topic=settings.trajectory_topic,
         group=settings.kafka.group_id,
@@ -364,11 +371,21 @@ class IngestSkipper:
     signed command names."""
 
     def __init__(
-        self, group: str, store: StateStore, event: Callable[[dict[str, Any]], None]
+        self,
+        group: str,
+        topic: str,
+        store: StateStore,
+        event: Callable[[dict[str, Any]], None],
+        end_of: Callable[[str, int], int | None],
     ) -> None:
+        """end_of(topic, partition): the partition's end (None: unknown); a skip past it
+        would make the reader start over from the beginning (a position past the end is
+        taken for a broker that lost its data), so it is refused."""
         self.group = group
+        self.topic = topic
         self.store = store
         self.event = event
+        self.end_of = end_of
         self.daemon: Daemon | None = None  # set once built
 
     def __call__(self, command: ControlCommand) -> str:
@@ -376,6 +393,15 @@ class IngestSkipper:
             return "noted"  # another group's daemons
         assert command.topic is not None and command.partition is not None
         assert command.offset is not None
+        if command.topic != self.topic:
+            log.warning("ingest_skip_refused", why="not this daemon's topic", seq=command.seq)
+            return "out_of_range"
+        end = self.end_of(command.topic, command.partition)
+        if end is None or command.offset > end:
+            log.warning(
+                "ingest_skip_refused", why="past the partition's end", end=end, seq=command.seq
+            )
+            return "out_of_range"
         key = (command.topic, command.partition)
         before = self.store.positions(self.group).get(key, 0)
         if before >= command.offset:

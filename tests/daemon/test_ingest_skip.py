@@ -25,8 +25,11 @@ from harness_r1.consumers.kafka import BroadcastReader, make_producer, publish
 from harness_r1.daemon.cli import app
 from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings, load_settings
+from harness_r1.daemon.store import IngestLease
 from harness_r1.daemon.wiring import Built, build_daemon
-from harness_r1.deploy.signing import generate_keypair
+from harness_r1.deploy.publisher import Publisher, PublisherConfig
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.signing import Signer, generate_keypair
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -106,17 +109,38 @@ def test_a_signed_skip_moves_ingest_forward_once_and_is_on_record(
     settings: Settings = load_settings(config)
     store = daemon.daemon.store
     group, topic = settings.kafka.group_id, settings.trajectory_topic
-    reopens = daemon.daemon.ingest_reopens
-    assert "seq 1" in skip(config, 5)
-    wait_for(lambda: store.positions(group).get((topic, 0)) == 5, 30, "the skip applied")
-    wait_for(lambda: daemon.daemon.ingest_reopens > reopens, 30, "ingest to re-read the store")
-    wait_for(lambda: control_results(daemon).get("reconciled") == 1.0, 10, "counted")
-
+    # Another daemon of the group holds the ingest lease: this one is a standby, and its
+    # control follower is the one that reads the skip (the ingesting daemon must obey it).
+    other = IngestLease(f"ingest:{group}:{topic}", "another-daemon", ttl_s=600)
+    store.release_ingest_lease(daemon.daemon.lease)  # type: ignore[arg-type]
+    assert store.acquire_ingest_lease(other)
+    wait_for(lambda: daemon.daemon.ready()[1].startswith("standby"), 30, "a standby")
     producer = make_producer(settings.kafka_client())
     rng = random.Random(2)
     for i in range(8):
         value = synthetic_trajectory(i, rng).to_json_bytes()
         publish(producer, topic, value, partition=0)
+
+    past_end = runner.invoke(
+        app,
+        [
+            "ingest",
+            "skip",
+            "--partition",
+            "0",
+            "--offset",
+            "9",
+            "--config",
+            str(config),
+            "--reason",
+            "typo",
+        ],
+    )
+    assert past_end.exit_code == 2 and "ends at offset 8" in past_end.output
+    assert "seq 1" in skip(config, 5)
+    wait_for(lambda: store.positions(group).get((topic, 0)) == 5, 30, "the skip applied")
+    wait_for(lambda: control_results(daemon).get("reconciled") == 1.0, 10, "counted")
+    store.release_ingest_lease(other)  # the other daemon stops: this one takes over
     wait_for(lambda: store.positions(group).get((topic, 0)) == 8, 30, "ingest after the skip")
     assert store.trajectory_count() == 3  # offsets 5, 6, 7; 0-4 were skipped on purpose
 
@@ -130,12 +154,23 @@ def test_a_signed_skip_moves_ingest_forward_once_and_is_on_record(
     wait_for(lambda: control_results(daemon).get("already_applied") == 1.0, 30, "not backwards")
     assert store.positions(group).get((topic, 0)) == 8
 
+    publisher = Publisher(
+        OverlayRegistry(settings.registry_url()),
+        Signer.from_file(settings.require_signing_key()),
+        lambda t, v, k: publish(producer, t, v, key=k) and None,
+        PublisherConfig(release_topic=settings.release_topic, control_topic=settings.control_topic),
+    )
+    publisher.skip_offset(group, topic, 0, 50, actor="mallory", reason="past the end, signed")
+    publisher.skip_offset(group, "other-topic", 0, 1, actor="mallory", reason="not ours")
+    wait_for(lambda: control_results(daemon).get("out_of_range") == 2.0, 30, "out of range")
+    assert store.positions(group).get((topic, 0)) == 8
+
     foreign, _ = generate_keypair(tmp_path / "other", "ops-1")  # same key id, other key
     forged = config.with_name("forged.yaml")
     forged.write_text(
         config.read_text().replace(str(tmp_path / "keys" / "ops-1.key"), str(foreign))
     )
-    assert "seq 3" in skip(forged, 100)
+    assert "seq 5" in skip(forged, 8)
     wait_for(
         # a forged command's bytes cannot be trusted, not even its kind: counted as "unknown"
         lambda: control_results(daemon, "unknown").get("rejected_bad_signature") == 1.0,
