@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 DEFAULT_SEND_TIMEOUT_S = 10.0
@@ -348,6 +348,20 @@ def publish(
     return int(metadata.partition), int(metadata.offset)
 
 
+_UNAVAILABLE = (KafkaTimeoutError, KafkaConnectionError, OSError)
+
+
+def is_unavailable(err: BaseException) -> bool:
+    """Whether a failed publish or request means the broker is away (timeouts, connection
+    errors), as opposed to the broker refusing this particular record (its size, a policy)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, (*_UNAVAILABLE, KafkaUnavailableError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _check_topic_names(topics: Sequence[str]) -> list[str]:
     if isinstance(topics, str):
         raise TypeError(f"topics must be a sequence of names, not the string {topics!r}")
@@ -616,9 +630,11 @@ class BroadcastReader:
             return []
         try:
             batches = self._consumer.poll(timeout_ms=wait_ms)
-        except (KafkaError, OSError) as exc:
-            # A fetch that fails at once (a batch kafka-python cannot decode, say) would
-            # otherwise be retried in a tight loop by every caller: honour the wait.
+        except Exception as exc:  # noqa: BLE001 - decoders raise their own types
+            # Not only broker trouble: a batch that cannot be decoded raises the codec's own
+            # error (lz4's RuntimeError, zstd's ZstdError, snappy's UncompressError). Either
+            # way poll does not raise (the caller's lag and readiness name the partition that
+            # stopped moving), and honours the wait instead of failing in a tight loop.
             self._failed(exc)
             time.sleep(wait_ms / 1000)
             return []

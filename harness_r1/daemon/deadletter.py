@@ -33,7 +33,7 @@ from typing import Protocol
 
 import structlog
 
-from harness_r1.consumers.kafka import Record
+from harness_r1.consumers.kafka import Record, is_unavailable
 
 log = structlog.get_logger(__name__)
 
@@ -168,6 +168,10 @@ def original_record_parts(
     return original, ours
 
 
+#: Failed publishes of one dead letter after which it goes out as a stub (headers, no value):
+#: a letter the broker always refuses (its size limit, a policy) must not hold the others.
+MAX_PUBLISH_ATTEMPTS = 5
+
 #: (topic, value, key, headers, timestamp_ms) -> None; raises when the broker did not ack.
 DeadLetterSend = Callable[[str, bytes, bytes | None, Sequence[tuple[str, bytes]], int], None]
 
@@ -198,6 +202,7 @@ class DeadLetterOutbox:
         self.topic = topic
         self.group = group
         self._maybe_pending = True  # unknown at start: a crash may have left letters
+        self._failures: dict[int, int] = {}  # row id -> failed publishes
 
     @property
     def maybe_pending(self) -> bool:
@@ -218,11 +223,13 @@ class DeadLetterOutbox:
         error = None
         for row_id, letter in rows:
             try:
-                headers = letter.kafka_headers()
-                self._send(self.topic, letter.value, letter.key, headers, letter.timestamp_ms)
+                self._publish(row_id, letter)
             except Exception as err:  # noqa: BLE001 - the broker is away: retry on the next drain
                 error = f"{type(err).__name__}: {err}"[:300]
+                if not is_unavailable(err):  # refused for itself, not for a broker away
+                    self._failures[row_id] = self._failures.get(row_id, 0) + 1
                 break
+            self._failures.pop(row_id, None)
             done.append(row_id)
             sent[letter.reason_code.value] = sent.get(letter.reason_code.value, 0) + 1
             log.warning(
@@ -234,6 +241,26 @@ class DeadLetterOutbox:
             )
         if done:
             self._store.mark_dead_letters_published(done)
+        return self._report(sent, rows, done, limit, error)
+
+    def _publish(self, row_id: int, letter: DeadLetter) -> None:
+        headers = letter.kafka_headers()
+        if self._failures.get(row_id, 0) < MAX_PUBLISH_ATTEMPTS:
+            self._send(self.topic, letter.value, letter.key, headers, letter.timestamp_ms)
+            return
+        log.error("dead_letter_sent_as_stub", offset=letter.offset, attempts=MAX_PUBLISH_ATTEMPTS)
+        ours = [(n, v) for n, v in headers if not n.startswith(ORIGINAL_PREFIX)]
+        stub = [(n, b"1" if n == "truncated" else v) for n, v in ours]
+        self._send(self.topic, b"", letter.key, [*stub, ("stub", b"1")], letter.timestamp_ms)
+
+    def _report(
+        self,
+        sent: dict[str, int],
+        rows: list[tuple[int, DeadLetter]],
+        done: list[int],
+        limit: int,
+        error: str | None,
+    ) -> DrainReport:
         left = len(rows) - len(done)
         self._maybe_pending = left > 0 or len(rows) == limit
         if len(rows) == limit:  # more may wait than one drain reads

@@ -126,11 +126,18 @@ def deadletter_redrive(
     if not ids and reason is None:
         raise typer.BadParameter("name dead letter ids, or --reason CODE")
     wanted = set(ids or ())
-    chosen = [
-        (record, view)
-        for record, view in _read_all(config)
-        if view.dead_letter_id in wanted or (reason is not None and view.reason_code == reason)
-    ]
+    chosen: list[tuple[Record, DeadLetterView]] = []
+    seen: set[str] = set()
+    for record, view in _read_all(config):
+        if view.dead_letter_id in seen:
+            continue  # a copy (a crash between publish and mark): re-drive the record once
+        named = view.dead_letter_id in wanted
+        # A record re-driven before and dead-lettered again is re-driven by its id only:
+        # `--reason` picking it up too would double it on every run.
+        again = any(name == "original.redriven_from" for name, _ in record.headers)
+        if named or (reason is not None and view.reason_code == reason and not again):
+            seen.add(view.dead_letter_id)
+            chosen.append((record, view))
     missing = wanted - {view.dead_letter_id for _, view in chosen}
     if missing:
         typer.echo(f"not on the dead-letter topic: {', '.join(sorted(missing))}", err=True)

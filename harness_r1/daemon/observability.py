@@ -263,7 +263,9 @@ class DaemonMetrics:
                 self.trajectories_consumed.labels(env=env, outcome=outcome)
             self.failures_buffered.labels(env=env)
             self.canary_delta.labels(env=env)
-            self.patch_win_rate.labels(env=env)
+            # Not 0 before the first candidate: no win rate yet is not a win rate of 0 (an
+            # alert on a low win rate must not fire on a daemon that just started).
+            self.patch_win_rate.labels(env=env).set(float("nan"))
         for reason in REASON_CODES:
             self.dead_lettered.labels(reason=reason)
         for op in BROKER_OPS:

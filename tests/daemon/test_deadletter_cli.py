@@ -15,7 +15,7 @@ from test_durability import synthetic_trajectory
 from typer.testing import CliRunner
 
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
+from harness_r1.consumers.kafka import BroadcastReader, ensure_topics, make_producer, publish
 from harness_r1.daemon.cli import app
 from harness_r1.daemon.ingest import IngestConfig, TrajectoryIngest
 from harness_r1.daemon.settings import load_settings
@@ -71,7 +71,7 @@ def test_list_then_redrive_after_the_limit_is_raised(
                 break
         ingest.close()
 
-    # too small a limit: all three dead-lettered; the third one's copy is truncated
+    # too small a limit: all three dead-lettered, whole (their copies fit)
     ingest_all(max_bytes=1_024, dead_max=100_000, expected=3)
     assert store.trajectory_count() == 0
     listed = runner.invoke(app, ["deadletter", "list", "--config", str(config), "--json"])
@@ -102,6 +102,13 @@ def test_list_then_redrive_after_the_limit_is_raised(
     assert redriven.stdout.count("re-drove ") == 3
     assert "truncated" in redriven.stderr
 
+    with BroadcastReader(kafka, [settings.trajectory_topic]) as reader:
+        again = [r for _ in range(6) for r in reader.poll(300)][4:]  # after the 4 originals
+    assert [r.value for r in again] == big
+    for record in again:
+        headers = dict(record.headers)
+        assert record.key == b"k" and headers["h"] == b"1"  # the original key and headers
+        assert headers["redriven_from"].decode().startswith("g/")
     ingest_all(max_bytes=1_000_000, dead_max=100_000, expected=3)  # the limit raised
     assert store.trajectory_count() == 3
     again = runner.invoke(
