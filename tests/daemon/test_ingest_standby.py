@@ -8,7 +8,9 @@ goes away. Real broker, real SQLite store, two in-process daemons.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
 from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings
+from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import Built, build_daemon
 
 pytestmark = pytest.mark.integration
@@ -94,3 +97,48 @@ def test_one_daemon_ingests_the_other_stands_by_then_takes_over(
     assert standby.daemon.ready() == (True, "ok")
     wait_for(lambda: store.count_pending_dead_letters() == 0, 30, "dead letters out")
     assert dead_letter_count(settings) == 7
+
+
+def test_a_killed_daemon_is_replaced_and_nothing_is_lost_or_doubled(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Two `harness-r1 run` processes on one config: SIGKILL the ingesting one, then send more;
+    the standby takes over once the lease runs out (15 s), and in the end every valid record
+    is stored once and every malformed one dead-lettered once."""
+    import signal
+
+    import httpx
+    import yaml
+    from test_durability import DaemonProcess
+
+    config = tmp_path / "daemon.yaml"
+    doc = json.loads(settings.model_dump_json())
+    doc["metrics"]["log_level"] = "warning"
+    config.write_text(yaml.safe_dump({k: v for k, v in doc.items() if v is not None}))
+    procs = [DaemonProcess(config, tmp_path / f"daemon-{i}.log") for i in range(2)]
+    try:
+        for proc in procs:
+            proc.wait_started()
+        produce(settings, 0, valid=200, malformed=5)
+        store = StateStore(settings.registry_url())
+        wait_for(lambda: store.trajectory_count() >= 50, 60, "ingest under way")
+
+        def ready_text(proc: DaemonProcess) -> str:
+            port = int(re.findall(rb"health on http://[^:]+:(\d+)", proc.log.read_bytes())[0])
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).text
+
+        active = next(p for p in procs if not ready_text(p).startswith("standby"))
+        standby = next(p for p in procs if p is not active)
+        active.process.send_signal(signal.SIGKILL)
+        active.process.wait(timeout=10)
+        produce(settings, 10_000, valid=100, malformed=3)
+        wait_for(lambda: store.trajectory_count() == 300, 90, "the standby to take over")
+        wait_for(lambda: store.count_pending_dead_letters() == 0, 30, "dead letters out")
+        assert ready_text(standby).startswith("ok")
+        assert dead_letter_count(settings) == 8
+        store.close()
+    finally:
+        for proc in procs:
+            if proc.process.poll() is None:
+                proc.process.send_signal(signal.SIGTERM)
+                proc.process.wait(timeout=30)
