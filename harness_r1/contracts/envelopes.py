@@ -43,6 +43,7 @@ class ControlKind(StrEnum):
     #: Kafka client cannot decode). Targets `ingest:<consumer group>`; agents ignore it.
     SKIP_OFFSET = "skip_offset"
 
+
 #: The target prefix of commands for the daemon's ingest rather than an agent pool.
 INGEST_TARGET_PREFIX = "ingest:"
 

@@ -42,9 +42,7 @@ class DeadLetterView:
     offset: int  # in the dead-letter topic
 
 
-def _view(
-    record_offset: int, partition: int, headers: dict[str, str], size: int
-) -> DeadLetterView:
+def _view(record_offset: int, partition: int, headers: dict[str, str], size: int) -> DeadLetterView:
     source = (
         f"{headers.get('source_topic', '?')}:{headers.get('source_partition', '?')}"
         f"@{headers.get('source_offset', '?')}"

@@ -59,6 +59,8 @@ QUIET_LIBRARIES = ("kafka", "apscheduler.scheduler", "apscheduler.executors")
 def env_label(env: str) -> str:
     """The metric label of an env name read from a record: bounded to the known envs."""
     return env if env in ENV_NAMES else "other"
+
+
 # Candidate minus base success rate on the same tasks: -1 (every task lost) to 1 (every task
 # won), finer near 0 where most candidates land.
 CANARY_DELTA_BUCKETS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)

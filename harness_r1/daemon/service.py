@@ -366,9 +366,7 @@ class Daemon:
                 self._progress.observe(ingest.reader.positions(), lag, time.monotonic())
             reader = ingest.reader.positions()
             stored = ingest.store.positions(ingest.config.group)
-            ahead = [
-                f"{t}:{p}" for (t, p), o in stored.items() if o > reader.get(f"{t}:{p}", 0)
-            ]
+            ahead = [f"{t}:{p}" for (t, p), o in stored.items() if o > reader.get(f"{t}:{p}", 0)]
             if ahead and not self._store_error:
                 log.info("ingest_store_positions_ahead", partitions=ahead)
                 self.request_ingest_reopen()

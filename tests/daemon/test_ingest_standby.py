@@ -47,8 +47,7 @@ def settings(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Settings:
 @pytest.fixture
 def pair(settings: Settings) -> Iterator[list[Built]]:
     built = [
-        build_daemon(settings, proposer=TemplateProposer(), key=uuid.uuid4().hex)
-        for _ in range(2)
+        build_daemon(settings, proposer=TemplateProposer(), key=uuid.uuid4().hex) for _ in range(2)
     ]
     for b in built:
         b.daemon.start()
