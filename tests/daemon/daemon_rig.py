@@ -66,3 +66,22 @@ class ReferenceEngineer:
         bad["hooks"][0]["code"] = "import os\ndef hook(ctx, state):\n    return None\n"
         texts = [good, f"<patch>{json.dumps(bad)}</patch>", "I would add a hook."]
         return [EngineerSample(text=texts[i % len(texts)], tokens_exact=False) for i in range(k)]
+
+
+def ingest_settings(tmp_path: Path, bootstrap: str, **kafka: object) -> Settings:
+    """Settings of a daemon that only ingests (no batch is ever sealed) on fresh topics and a
+    fresh SQLite store; `kafka` adds to the kafka group."""
+    import uuid
+
+    run = uuid.uuid4().hex[:8]
+    return Settings(
+        cache=tmp_path / "cache",
+        state_url=f"sqlite:///{tmp_path / 'state.db'}",
+        kafka_bootstrap=bootstrap,
+        trajectory_topic=f"traj-{run}",
+        release_topic=f"rel-{run}",
+        control_topic=f"ctl-{run}",
+        kafka={"dead_letter_topic": f"dlq-{run}", "events_topic": f"events-{run}", **kafka},
+        loop={"batch_size": 1_000_000, "batch_window_s": 1e9},
+        metrics={"port": 0},
+    )

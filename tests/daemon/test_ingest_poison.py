@@ -16,13 +16,11 @@ import json
 import random
 import uuid
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from test_durability import synthetic_trajectory
-from test_store import PG_URL, _drop_daemon_tables
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import (
@@ -43,28 +41,6 @@ from harness_r1.daemon.store import StateStore
 pytestmark = pytest.mark.integration
 
 POISON_AGENT = "agent-poison"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The state store on SQLite, and on the local PostgreSQL where one answers (PostgreSQL
-    refuses what SQLite takes: a NUL in text)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'state.db'}"
-        return
-    engine = create_engine(PG_URL, connect_args={"connect_timeout": 2})
-    try:
-        with engine.connect():
-            pass
-    except Exception as err:  # any failure to connect means "no server here"
-        engine.dispose()
-        pytest.skip(f"no PostgreSQL answering at {PG_URL}: {type(err).__name__}: {err}")
-    _drop_daemon_tables(engine)
-    try:
-        yield PG_URL
-    finally:
-        _drop_daemon_tables(engine)
-        engine.dispose()
 
 
 def refuse_poison(store: StateStore) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_rig import ingest_settings
 from test_durability import synthetic_trajectory, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
@@ -30,18 +31,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def settings(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Settings:
-    run = uuid.uuid4().hex[:8]
-    return Settings(
-        cache=tmp_path / "cache",
-        state_url=f"sqlite:///{tmp_path / 'state.db'}",
-        kafka_bootstrap=kafka_broker.bootstrap,
-        trajectory_topic=f"traj-{run}",
-        release_topic=f"rel-{run}",
-        control_topic=f"ctl-{run}",
-        kafka={"dead_letter_topic": f"dlq-{run}", "events_topic": f"events-{run}"},
-        loop={"batch_size": 1_000_000, "batch_window_s": 1e9},
-        metrics={"port": 0},
-    )
+    return ingest_settings(tmp_path, kafka_broker.bootstrap)
 
 
 @pytest.fixture

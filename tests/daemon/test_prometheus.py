@@ -15,12 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from daemon_rig import ingest_settings
 from test_durability import wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import make_producer, publish
 from harness_r1.daemon.proposers import TemplateProposer
-from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
 
 pytestmark = pytest.mark.integration
@@ -30,18 +30,8 @@ PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
 
 @pytest.fixture
 def daemon(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Iterator[Built]:
+    settings = ingest_settings(tmp_path, kafka_broker.bootstrap)
     run = uuid.uuid4().hex[:8]
-    settings = Settings(
-        cache=tmp_path / "cache",
-        state_url=f"sqlite:///{tmp_path / 'state.db'}",
-        kafka_bootstrap=kafka_broker.bootstrap,
-        trajectory_topic=f"traj-{run}",
-        release_topic=f"rel-{run}",
-        control_topic=f"ctl-{run}",
-        kafka={"dead_letter_topic": f"dlq-{run}", "events_topic": f"events-{run}"},
-        loop={"batch_size": 1_000_000, "batch_window_s": 1e9},
-        metrics={"port": 0},
-    )
     built = build_daemon(settings, proposer=TemplateProposer(), key=run)
     built.health.start()
     built.daemon.start()

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
@@ -39,38 +38,9 @@ from harness_r1.daemon.store import (
     upgrade,
 )
 
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 GROUP = "daemon"
 TOPIC = "harness.trajectories"
 KEY = BatchKey("dbbench", "tiny@1", "base")
-
-
-def _drop_daemon_tables(engine: Engine) -> None:
-    """Every daemon_ table, known to this code or not (a test may leave a newer schema)."""
-    names = [n for n in inspect(engine).get_table_names() if n.startswith("daemon_")]
-    with engine.begin() as conn:
-        for name in names:
-            conn.execute(text(f'DROP TABLE IF EXISTS "{name}" CASCADE'))
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'state.db'}"
-        return
-    engine = create_engine(PG_URL, connect_args={"connect_timeout": 2})
-    try:
-        with engine.connect():
-            pass
-    except Exception as err:  # any failure to connect means "no server here"
-        engine.dispose()
-        pytest.skip(f"no PostgreSQL answering at {PG_URL}: {type(err).__name__}: {err}")
-    _drop_daemon_tables(engine)
-    try:
-        yield PG_URL
-    finally:
-        _drop_daemon_tables(engine)
-        engine.dispose()
 
 
 @pytest.fixture
