@@ -88,11 +88,24 @@ def _resilient_jobstore(url: str) -> Any:
     its main loop, and the thread dies, so no job ever ran again after one "database is
     locked" (seen with the state store's write lock held for a minute). The job keeps its old
     next run time and runs again on the next round (jobs coalesce; all of ours are safe to run
-    twice); the next wake-up is retried soon."""
+    twice); the next wake-up is retried soon. Its start is retried too (see `start`)."""
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from sqlalchemy.exc import DBAPIError
 
     class ResilientJobStore(SQLAlchemyJobStore):  # type: ignore[misc,unused-ignore]
+        def start(self, scheduler: Any, alias: str) -> None:
+            """apscheduler creates its table at start (check, then create): two daemons
+            starting at once on a new database race there, and the loser died with "table
+            daemon_scheduler_jobs already exists". The check is simply made again."""
+            for attempt in range(5):
+                try:
+                    super().start(scheduler, alias)
+                    return
+                except DBAPIError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
+
         def update_job(self, job: Any) -> None:
             try:
                 super().update_job(job)

@@ -53,3 +53,37 @@ def test_jobs_survive_a_restart_with_their_schedule(
     again.daemon.stop()
     again.close()
     assert second[f"{key}:retention"] == pytest.approx(first[f"{key}:retention"], abs=0.01)
+
+
+def test_two_daemons_starting_at_once_on_a_new_database_both_start(tmp_path: Path) -> None:
+    """apscheduler creates its job table at start (check, then create); two daemons starting
+    together on a fresh database raced there and one died ("table daemon_scheduler_jobs
+    already exists", seen in the SIGKILL standby test). 20 fresh databases, two stores each
+    started at the same instant from two threads: every start succeeds."""
+    import threading
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from harness_r1.daemon.service import _resilient_jobstore
+
+    for n in range(20):
+        url = f"sqlite:///{tmp_path / f'jobs-{n}.db'}"
+        stores = [_resilient_jobstore(url) for _ in range(2)]
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def start(store: object) -> None:
+            barrier.wait()
+            try:
+                store.start(BackgroundScheduler(), "default")  # type: ignore[attr-defined]
+            except BaseException as err:  # noqa: BLE001 - collected for the assertion
+                errors.append(err)
+
+        threads = [threading.Thread(target=start, args=(s,)) for s in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not errors, errors
+        for store in stores:
+            store.shutdown()
