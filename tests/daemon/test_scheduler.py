@@ -72,14 +72,14 @@ def test_two_daemons_starting_at_once_on_a_new_database_both_start(tmp_path: Pat
         barrier = threading.Barrier(2)
         errors: list[BaseException] = []
 
-        def start(store: object) -> None:
+        def start(store: object, barrier: threading.Barrier, errors: list[BaseException]) -> None:
             barrier.wait()
             try:
                 store.start(BackgroundScheduler(), "default")  # type: ignore[attr-defined]
             except BaseException as err:  # noqa: BLE001 - collected for the assertion
                 errors.append(err)
 
-        threads = [threading.Thread(target=start, args=(s,)) for s in stores]
+        threads = [threading.Thread(target=start, args=(s, barrier, errors)) for s in stores]
         for thread in threads:
             thread.start()
         for thread in threads:
