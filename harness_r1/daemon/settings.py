@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 import yaml
 from pydantic import (
@@ -38,8 +38,11 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from harness_r1.consumers.kafka import KafkaSecurity, KafkaSettings
+from harness_r1.consumers.security import KafkaSecurity
 from harness_r1.envs.data import default_data_root
+
+if TYPE_CHECKING:
+    from harness_r1.consumers.kafka import KafkaSettings
 
 ENV_PREFIX = "HARNESS_R1_"
 CONFIG_ENV = "HARNESS_R1_CONFIG"
@@ -620,6 +623,8 @@ class Settings(BaseSettings):
     def kafka_client(self, client_id: str | None = None) -> KafkaSettings:
         """The settings of every Kafka client the daemon and the CLI build, security
         included (so no command talks to the brokers in a way the daemon would not)."""
+        from harness_r1.consumers.kafka import KafkaSettings  # imports kafka-python
+
         options = self.kafka
         return KafkaSettings(
             bootstrap=self.require_bootstrap(),
