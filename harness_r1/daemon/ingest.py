@@ -361,9 +361,6 @@ class TrajectoryIngest:
         right, right_refused = self._isolate(items[middle:])
         return left.plus(right), left_refused + right_refused
 
-    def drain_dead_letters(self) -> DrainReport:
-        return self._drain()
-
     def close(self) -> None:
         self.reader.close()
 

@@ -374,10 +374,10 @@ class Daemon:
         Never raises: a failure here is logged and tried again next time."""
         try:
             lag = ingest.reader.partition_lag()
+            reader = ingest.reader.positions()
             if lag:  # {}: the broker did not answer; keep the last known values
                 self.sink.lag(lag)
-                self._progress.observe(ingest.reader.positions(), lag, time.monotonic())
-            reader = ingest.reader.positions()
+                self._progress.observe(reader, lag, time.monotonic())
             stored = ingest.store.positions(ingest.config.group)
             ahead = [f"{t}:{p}" for (t, p), o in stored.items() if o > reader.get(f"{t}:{p}", 0)]
             if ahead and not self._store_error:
