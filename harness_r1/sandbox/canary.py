@@ -179,6 +179,14 @@ class InfraFailure(RuntimeError):
     pass
 
 
+def _check_pairing(base: list[EpisodeOutcome], patched: list[EpisodeOutcome]) -> None:
+    """A pair compares one task with itself: a baseline outcome matched to another task's
+    patched outcome would keep every sum right and every per-task claim wrong."""
+    pairs = zip(base, patched, strict=True)
+    if any((b.task_id, b.seed) != (p.task_id, p.seed) for b, p in pairs):
+        raise InfraFailure("canary pairing: baseline and patched outcomes are not the same tasks")
+
+
 class CanaryRunner:
     """Evaluates candidate patches against a shared baseline (see the module docstring)."""
 
@@ -357,6 +365,7 @@ class CanaryRunner:
                 sandbox_events=dict(events),
             )
         patched = [_outcome(done[s.trajectory_id]) for s in specs]
+        _check_pairing(base, patched)
         effects: Counter[str] = Counter()
         for outcome in patched:
             events.update(outcome.faults)

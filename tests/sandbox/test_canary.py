@@ -30,6 +30,7 @@ class DoorEnv:
     name = "door"
     fail_resets = 0
     always_fail = False
+    trap_action: str | None = None  # an action on which the engine breaks (EnvError)
     resets = 0  # successful resets, over all instances: the episodes really run
 
     def __init__(self) -> None:
@@ -50,6 +51,8 @@ class DoorEnv:
     def step(self, action: str) -> StepResult:
         if self.done:
             raise EnvError("over")
+        if action == DoorEnv.trap_action:
+            raise EnvError(f"engine broke on {action!r}")
         info: dict[str, Any] = {"admissible_actions": ["open door", "look"]}
         if action == "look":
             self.looked = True
@@ -240,3 +243,64 @@ def test_baselines_are_shared_only_by_targets_run_the_same_way() -> None:
     assert key(sampling=SamplingConfig(max_new_tokens=96)) != same
     assert key(sampling=SamplingConfig(max_new_tokens=64, temperature=0.7)) != same
     assert key(sampling=SamplingConfig(max_new_tokens=64), lockstep=1) != same
+
+
+def test_each_pair_holds_its_own_tasks_patched_outcome() -> None:
+    """`open door` wins only on even tasks: a pair must carry that task's own patched outcome
+    (sums over the batch cannot tell a shuffled pairing from the right one)."""
+    report = runner(ScriptedPolicy(["ACTION: dance"])).evaluate(BATCH, [Candidate("open", OPEN)])
+    [result] = report.candidates
+    assert [(p.task_id, p.seed) for p in result.pairs] == [
+        (t.task_id, s) for t, s in zip(BATCH.tasks, BATCH.seeds, strict=True)
+    ]
+    assert [p.patched_success for p in result.pairs] == [i % 2 == 0 for i in range(8)]
+    assert [p.patched_reward for p in result.pairs] == [float(i % 2 == 0) for i in range(8)]
+
+
+def test_pairing_of_outcomes_from_other_tasks_is_refused() -> None:
+    from harness_r1.sandbox.canary import EpisodeOutcome, InfraFailure, _check_pairing
+
+    def outcome(task_id: str, seed: int) -> EpisodeOutcome:
+        return EpisodeOutcome(task_id, seed, False, 0.0, 0, 0.0)
+
+    base = [outcome("d0", 0), outcome("d1", 1)]
+    _check_pairing(base, [outcome("d0", 0), outcome("d1", 1)])
+    with pytest.raises(InfraFailure, match="pairing"):
+        _check_pairing(base, [outcome("d1", 1), outcome("d0", 0)])
+    with pytest.raises(InfraFailure, match="pairing"):
+        _check_pairing(base, [outcome("d0", 5), outcome("d1", 1)])
+
+
+def test_an_unisolated_worker_is_infrastructure_never_evaluated() -> None:
+    """`allow_unisolated` lets a worker run without a layer (development): the canary must not
+    turn what such a worker did into a reward."""
+    runtime = HarnessRuntime(SUITE, ScriptedPolicy(["ACTION: dance"]), Path("."), RunConfig())
+
+    def unisolated(p: Patch, candidate_id: str) -> HookSet:
+        config = SandboxConfig(fail_layer="landlock", allow_unisolated=True)
+        return IsolatedHooks(p, config, overlay_id=candidate_id)
+
+    canary = CanaryRunner(runtime, unisolated, validator)
+    [result] = canary.evaluate(BATCH, [Candidate("open", OPEN)]).candidates
+    assert result.status == "infra_error" and result.reward is None
+    assert result.delta_success is None and result.invalid_reason == "infra: isolation refused"
+    assert result.sandbox_events.get("unisolated_workers") == 1
+
+
+SMASH = patch("def hook(ctx, state):\n    return {'effect': 'force', 'text': 'smash door'}\n")
+
+
+def test_an_env_error_after_the_patchs_own_action_is_the_patchs_failure() -> None:
+    """The env breaks on an action only the patch forced: that episode is a failure the patch
+    caused (evaluated, delta counted), not infrastructure to retry and give up on."""
+    DoorEnv.trap_action = "smash door"
+    try:
+        canary = runner(ScriptedPolicy(["ACTION: open door"]), infra_retries=1)
+        report = canary.evaluate(BATCH, [Candidate("smash", SMASH)])
+    finally:
+        DoorEnv.trap_action = None
+    [result] = report.candidates
+    assert report.baseline_success_rate == pytest.approx(0.5)
+    assert result.status == "evaluated" and result.delta_success == pytest.approx(-0.5)
+    assert result.applied_effects == {"force": 8} and result.cost.episodes == 8
+    assert DoorEnv.resets == 8 + 8  # the patch's episodes ran once each: none retried

@@ -113,3 +113,45 @@ def test_unevaluated_candidates_are_rejected_with_their_reason() -> None:
     decision = reject_unevaluated("invalid: banned_import")
     assert not decision.promote and decision.verdict == "reject"
     assert decision.reasons == ["invalid: banned_import"]
+
+
+@pytest.mark.parametrize("minimum", [1, 8, 12])
+def test_batch_minimum_is_inclusive(minimum: int) -> None:
+    """n = minimum - 1 paired batch tasks is inconclusive; n = minimum is judged."""
+    config = GateConfig(min_batch_tasks=minimum, min_guard_tasks=20)
+    guard = pairs(20, 0, 0, 0)
+    short = decide(pairs(0, 1, 0, minimum - 2) if minimum > 1 else [], guard, config)
+    assert short.verdict == "inconclusive" and short.numbers["batch_n"] == minimum - 1
+    enough = decide(pairs(0, 1, 0, minimum - 1), guard, config)
+    assert enough.verdict == "promote" and enough.numbers["batch_n"] == minimum
+
+
+@pytest.mark.parametrize("minimum", [1, 20])
+def test_guard_minimum_is_inclusive(minimum: int) -> None:
+    """n = minimum - 1 paired guard tasks is inconclusive; n = minimum is judged."""
+    config = GateConfig(min_batch_tasks=8, min_guard_tasks=minimum)
+    batch = pairs(0, 4, 0, 6)
+    short = decide(batch, pairs(minimum - 1, 0, 0, 0), config)
+    assert short.verdict == "inconclusive" and short.numbers["guard_n"] == minimum - 1
+    assert decide(batch, pairs(minimum, 0, 0, 0), config).verdict == "promote"
+
+
+def test_guard_with_as_many_gains_as_losses_is_never_a_regression() -> None:
+    """McNemar's p is at least 0.5 when regressions do not outnumber improvements, so only a
+    loose alpha tells the rule's second half (`regressed > improved`) from the p-value alone."""
+    decision = decide(pairs(0, 4, 0, 6), pairs(18, 1, 1, 0), GateConfig(alpha=0.9))
+    assert decision.numbers["guard_regression_p"] == pytest.approx(0.75)
+    assert decision.verdict == "promote"
+
+
+def test_bootstrap_regression_margin_is_a_strict_bound() -> None:
+    """The bootstrap rule rejects only when the whole interval lies below -margin."""
+    guard = pairs(0, 0, 20, 0)  # every guard task regressed: interval is exactly [-1, -1]
+    batch = pairs(0, 4, 0, 6)
+
+    def verdict(margin: float) -> str:
+        config = GateConfig(min_guard_tasks=20, method="bootstrap", regression_margin=margin)
+        return decide(batch, guard, config).verdict
+
+    assert verdict(0.99) == "reject"
+    assert verdict(1.0) == "promote"  # high == -margin: not below it
