@@ -488,6 +488,55 @@ def test_ingest_item_from_a_trajectory() -> None:
     assert got.payload is payload and (got.partition, got.offset) == (2, 7)
 
 
+def _failed_trajectory(trajectory_id: str, task_id: str) -> Trajectory:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return Trajectory(
+        trajectory_id=trajectory_id,
+        agent_id="agent-7",
+        target=TargetRef(model_id="tiny", version="1"),
+        harness_version="base",
+        task=TaskRef(
+            env="dbbench",
+            split="dev",
+            task_id=task_id,
+            task_type="counting",
+            instruction="How many?",
+            seed=0,
+        ),
+        steps=[],
+        outcome=Outcome(success=False, reward=0.0, termination=Termination.FAILURE, steps=0),
+        timings=Timings(started_at=at, finished_at=at),
+    )
+
+
+def test_a_stored_trajectory_keeps_its_trajectory_id_and_is_deduplicated_by_it(
+    store: StateStore,
+) -> None:
+    """From a parsed Trajectory (`ingest_item`) to the store and back, the id is the one the
+    trajectory was written with: found under it, its bytes loaded by it, batched under it; a
+    redelivery of it is a duplicate, while another trajectory (other id, same everything else
+    but the task) is new."""
+    first, second = _failed_trajectory("traj-1", "q1"), _failed_trajectory("traj-2", "q2")
+    payloads = {t.trajectory_id: t.to_json_bytes() for t in (first, second)}
+    items = [
+        ingest_item(t, payloads[t.trajectory_id], topic=TOPIC, partition=0, offset=i)
+        for i, t in enumerate((first, second, first))  # the third: `first` delivered again
+    ]
+    assert [i.trajectory_id for i in items] == ["traj-1", "traj-2", "traj-1"]
+    result = store.ingest(items, GROUP, {(TOPIC, 0): 3})
+    assert (result.new, result.duplicates, result.failures) == (2, 1, 2)
+    again = store.ingest(items[:1], GROUP, {(TOPIC, 0): 4})  # a later redelivery
+    assert (again.new, again.duplicates, again.failures) == (0, 1, 0)
+    assert store.trajectory_count() == 2
+    assert store.has_trajectory("traj-1") and store.has_trajectory("traj-2")
+    loaded = store.load_trajectory_payloads(["traj-2", "traj-1"])
+    assert loaded == [payloads["traj-2"], payloads["traj-1"]]
+    assert [Trajectory.from_json_bytes(p).trajectory_id for p in loaded] == ["traj-2", "traj-1"]
+    assert store.seal_batch(BatchKey("dbbench", "tiny@1", "base"), 10) is not None
+    batch = store.claim_batch("w1", 30)
+    assert batch is not None and batch.trajectory_ids == ("traj-1", "traj-2")
+
+
 def test_exclusive_is_held_by_one_holder_at_a_time(store: StateStore, db_url: str) -> None:
     """Two daemons on one database: a singleton job runs in one of them at a time."""
     other = StateStore(db_url)
