@@ -386,3 +386,57 @@ def test_missing_isolation_shows_in_the_metric_and_refuses() -> None:
     assert registry.get_sample_value("harness_r1_sandbox_isolated") == 0.0
     refused = registry.get_sample_value("harness_r1_sandbox_events_total", {"kind": "refused"})
     assert refused is not None and refused >= 1
+
+
+def test_the_worker_itself_refuses_hooks_when_an_isolation_layer_failed() -> None:
+    """The worker's own fail-closed check, behind the parent's: the worker is started exactly
+    as the executor starts it (its bootstrap, sys.path and packages), with seccomp forced to
+    fail and unisolated execution not allowed, but spoken to directly, without IsolatedHooks
+    (whose refusal would come first). It says in its hello that it is not permitted, answers
+    load and call with `unisolated_refused` naming the failed layer, runs nothing, and stays up
+    (a ping is answered)."""
+    import json
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from harness_r1.sandbox import executor
+    from harness_r1.sandbox.isolation import IsolationSettings
+
+    boot = {
+        "path": executor._worker_sys_path(),
+        "packages": [
+            ["harness_r1", str(executor._SANDBOX_DIR.parent)],
+            ["harness_r1.sandbox", str(executor._SANDBOX_DIR)],
+        ],
+        "config": {
+            "isolation": asdict(IsolationSettings(fail_layer="seccomp")),
+            "allow_unisolated": False,
+        },
+    }
+    requests = [
+        {"id": 1, "op": "load", "hooks": {"pre_action": TRIVIAL}},
+        {"id": 2, "op": "call", "hook": "pre_action", "ctx": {"action": " a "}, "state": {"n": 1}},
+        {"id": 3, "op": "ping"},
+    ]
+    argv = [sys.executable, "-I", "-S", "-B", "-W", "ignore", "-c", executor._BOOTSTRAP]
+    done = subprocess.run(
+        [*argv, json.dumps(boot)],
+        input="".join(json.dumps(r) + "\n" for r in requests).encode(),
+        capture_output=True,
+        env={},
+        cwd="/",
+        start_new_session=True,
+        timeout=30,
+    )
+    hello, *responses = (json.loads(line) for line in done.stdout.splitlines())
+    assert hello["hello"] is True, done.stderr
+    assert hello["isolated"] is False and hello["permitted"] is False, hello
+    assert [r["id"] for r in responses] == [1, 2, 3], (responses, done.stderr)
+    load, call, ping = responses
+    for response in (load, call):
+        assert response.get("fault") == "unisolated_refused", response
+        assert "seccomp: forced failure" in response["detail"], response
+        assert "untrusted code refused" in response["detail"], response
+    assert "loaded" not in load and "value" not in call and "state" not in call
+    assert ping["pong"] is True
