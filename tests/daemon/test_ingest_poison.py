@@ -256,3 +256,52 @@ def test_dead_letters_wait_in_the_outbox_while_the_broker_is_away(
                 letters.extend(reader.poll(300))
         assert [r.value for r in letters] == [b"bad-1", b"bad-2"]
         producer.close(timeout=1)
+
+
+class RecordingReader:
+    """TEST DOUBLE around the ingest's real BroadcastReader: every call goes through to it;
+    each `commit` is recorded as (the positions it commits, those the store held then)."""
+
+    def __init__(self, reader: BroadcastReader, store: StateStore, group: str) -> None:
+        self.reader, self.store, self.group = reader, store, group
+        self.commits: list[tuple[dict[str, int], dict[str, int]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.reader, name)
+
+    def commit(self, timeout_ms: int | None = None) -> bool:
+        stored = {f"{t}:{p}": offset for (t, p), offset in self.store.positions(self.group).items()}
+        self.commits.append((self.reader.positions(), stored))
+        return self.reader.commit(timeout_ms)
+
+
+def test_the_kafka_offset_is_committed_only_after_the_store_transaction(
+    rig: dict[str, Any],
+) -> None:
+    """The store is the source of truth: when its transaction raises, Kafka's commit is not
+    called (the batch is read again from the stored positions); when it succeeds, the commit
+    comes after it, so the store already holds the positions being committed."""
+    store: StateStore = rig["store"]
+    produce(rig, trajectories(5, poison=set()))
+    recorder = RecordingReader(rig["ingest"].reader, store, "g")
+    rig["ingest"].reader = recorder
+    with store._write_engine.begin() as conn:
+        conn.execute(text("ALTER TABLE daemon_trajectories RENAME TO daemon_t_moved"))
+    try:
+        with pytest.raises(Exception, match="daemon_trajectories"):
+            drain(rig["ingest"], 5)
+    finally:
+        with store._write_engine.begin() as conn:
+            conn.execute(text("ALTER TABLE daemon_t_moved RENAME TO daemon_trajectories"))
+    assert recorder.commits == [], "Kafka committed a batch the store did not take"
+    assert store.positions("g") == {} and store.trajectory_count() == 0
+
+    reopen(rig)  # as the daemon does after a failed poll
+    recorder = RecordingReader(rig["ingest"].reader, store, "g")
+    rig["ingest"].reader = recorder
+    assert drain(rig["ingest"], 5) == 5  # the same records, read again
+    assert store.trajectory_count() == 5
+    assert recorder.commits, "a stored batch is committed to Kafka too"
+    for committing, stored in recorder.commits:
+        assert committing == stored, "Kafka committed positions the store did not hold yet"
+    assert recorder.commits[-1][0] == {f"{rig['topic']}:0": 5}
