@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 
+import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from deploy_rig import Rig, make_patch
 from deploy_rig import signed_release as release_bytes
@@ -20,7 +22,7 @@ from harness_r1.deploy.client import (
 )
 from harness_r1.deploy.registry import OverlayState
 from harness_r1.deploy.signing import Signer
-from harness_r1.deploy.state import Hold
+from harness_r1.deploy.state import Hold, StateStore
 
 
 def snapshot(client):  # type: ignore[no-untyped-def]
@@ -275,3 +277,61 @@ def test_an_agent_back_after_a_rollback_expired_still_drops_the_overlay(rig: Rig
     client.sync()
     assert client.active_overlay_id == "base"
     assert client.state.hold is Hold.NONE and client.rejections == {"expired": 1}
+
+
+def test_restart_does_not_apply_a_stored_release_for_another_target(rig: Rig) -> None:
+    """Issue 21: the restart path re-verifies the stored envelope of the overlay in force, and
+    that includes its target. A validly signed pool-b release planted in pool-a's state dir
+    (a state dir copied between pools) is not applied: the client comes up on base and logs
+    it."""
+    other = rig.overlay("other", target="pool-b")
+    rig.publisher.release(other, actor="x", reason="r")
+    pool_b = rig.client("agent-b", target="pool-b")
+    pool_b.sync()
+    assert pool_b.active_overlay_id == other  # a genuine, accepted pool-b release
+    pool_b.close()
+    store = StateStore(rig.tmp / "agent-0")  # pool-a's agent-0
+    [envelope] = (rig.tmp / "agent-b" / "overlays").glob("*.envelope.json")
+    shutil.copy(envelope, store.overlay_dir / envelope.name)
+    planted = store.load("agent-0", "pool-a")
+    planted.active = other
+    store.save(planted)
+    assert store.load_envelope(other) == envelope.read_bytes()
+    hooks_before = len(rig.hooks_made)
+    with structlog.testing.capture_logs() as logs:
+        client = rig.client()
+    assert client.active_overlay_id == "base" and client.state.active == "base"
+    with client.lease() as lease:
+        assert lease.overlay_id == "base"
+    assert len(rig.hooks_made) == hooks_before  # no HookSet was built for the pool-b overlay
+    assert [
+        (e["log_level"], e["overlay_id"], e["cause"])
+        for e in logs
+        if e["event"] == "overlay_unloadable_using_base"
+    ] == [("warning", other, "startup")]
+
+
+def test_a_release_on_the_control_topic_or_a_command_on_the_release_topic_is_malformed(
+    rig: Rig, client_metrics: ClientMetrics
+) -> None:
+    """Issue 21: each topic carries one kind. A validly signed message of the other kind is
+    refused as malformed with no state change (its seq would be checked against the other
+    stream's high-water mark), counted, and the same bytes on their own topic still apply."""
+    client = rig.client(metrics=client_metrics)
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    rig.publisher.control(ControlKind.PAUSE, "pool-a", actor="o", reason="freeze")
+    release, pause = (record.value for record in rig.bus.log)
+    before = snapshot(client)
+    assert not client.handle(RELEASE_TOPIC, pause)
+    assert snapshot(client) == before
+    assert not client.handle(CONTROL_TOPIC, release)
+    assert snapshot(client) == before
+    assert client.rejections == {"malformed": 2}
+    metric = client_metrics.rejections.labels(reason="malformed")._value.get()  # noqa: SLF001
+    assert metric == 2
+    for kind in ("release", "control"):
+        counted = client_metrics.messages.labels(kind=kind, result="rejected")._value.get()  # noqa: SLF001
+        assert counted == 1, kind
+    assert client.sync() == 2  # the same bytes, each on its own topic
+    assert client.active_overlay_id == a and client.state.hold is Hold.PAUSED
