@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import UTC, datetime
+from fractions import Fraction
+from math import comb, factorial
 
 import pytest
 
@@ -20,6 +22,7 @@ from harness_r1.deploy.guard import (
     GuardConfig,
     LiveGuard,
     Verdict,
+    judge,
     probability_better,
 )
 
@@ -145,3 +148,79 @@ def test_an_empty_control_arm_cannot_keep_an_overlay_in_canary_forever() -> None
     guard.observe(trajectory("new", True))
     decision = guard.decide()
     assert (decision.verdict, decision.reason) == (Verdict.ROLLBACK, "live_guard_inconclusive")
+
+
+def feed(guard: LiveGuard, version: str, successes: int, episodes: int) -> None:
+    for i in range(episodes):
+        assert guard.observe(trajectory(version, i < successes))
+
+
+def test_a_thin_control_arm_holds_the_verdict_until_it_reaches_min_episodes() -> None:
+    """Issue 21: both arms must have `min_episodes`, not just the new one. The other tests grow
+    both arms together, so a guard that checked only the new arm passed them all."""
+    config = GuardConfig(min_episodes=20, max_episodes=400)
+    cases = [(0, 10, Verdict.ROLLBACK), (30, 0, Verdict.PROMOTE)]  # clear harm, clear gain
+    for new_successes, control_successes, once_enough in cases:
+        guard = LiveGuard("new", "old", config)
+        feed(guard, "new", new_successes, 30)
+        feed(guard, "old", control_successes, 10)
+        decision = guard.decide()
+        # the evidence alone would decide, so only the control arm's minimum holds it back
+        assert min(decision.p_better, 1.0 - decision.p_better) < 1e-4
+        assert (decision.episodes_new, decision.episodes_control) == (30, 10)
+        assert (decision.verdict, decision.reason) == (Verdict.CONTINUE, "")
+        feed(guard, "old", control_successes, 10)  # the control arm reaches 20
+        assert guard.decide().verdict is once_enough
+
+
+def exact_probability_better(
+    successes_new: int,
+    episodes_new: int,
+    successes_old: int,
+    episodes_old: int,
+    prior: tuple[int, int],
+) -> Fraction:
+    """P(X > Y), X ~ Beta(a1, b1), Y ~ Beta(a2, b2), integer parameters, in exact arithmetic
+    and by another route than the guard's: Y's CDF is a binomial tail,
+    F_Y(x) = sum_{j=a2}^{n} C(n, j) x^j (1-x)^(n-j) with n = a2 + b2 - 1, so
+    P(X > Y) = E[F_Y(X)] = sum_j C(n, j) B(a1 + j, b1 + n - j) / B(a1, b1)."""
+
+    def beta(a: int, b: int) -> Fraction:
+        return Fraction(factorial(a - 1) * factorial(b - 1), factorial(a + b - 1))
+
+    a1, b1 = successes_new + prior[0], episodes_new - successes_new + prior[1]
+    a2, b2 = successes_old + prior[0], episodes_old - successes_old + prior[1]
+    n = a2 + b2 - 1
+    tail = sum(comb(n, j) * beta(a1 + j, b1 + n - j) for j in range(a2, n + 1))
+    return tail / beta(a1, b1)
+
+
+def test_probability_better_honours_an_asymmetric_prior() -> None:
+    """Issue 21: every other test uses the flat (1, 1) prior, under which ignoring the prior or
+    swapping its two parameters goes unseen. Checked against an exact closed form, both in
+    `probability_better` and through the GuardConfig the guard builds its prior from."""
+    counts, prior = (3, 10, 6, 12), (8, 2)
+    expected = float(exact_probability_better(*counts, prior))
+    # the case tells the prior apart from the flat one and from its swap
+    for wrong in [(1, 1), (2, 8)]:
+        assert abs(expected - float(exact_probability_better(*counts, wrong))) > 0.05
+    assert probability_better(*counts, prior=prior) == pytest.approx(expected, abs=1e-9)
+    config = GuardConfig(prior_successes=8, prior_failures=2)
+    decision = judge("new", "old", (10, 3), (12, 6), config)
+    assert decision.p_better == pytest.approx(expected, abs=1e-9)
+
+
+def test_rollback_fires_at_the_default_threshold_and_not_below_it() -> None:
+    """Issue 21: the rollback threshold is 0.99, inclusive. 8/30 against 17/30 gives
+    P(worse) = 0.9901 (rolled back), 9/30 against 18/30 gives 0.9896 (not yet), so a threshold
+    nudged either way past 0.99 shows; at exactly the threshold the guard rolls back."""
+    config = GuardConfig()
+    assert (config.min_episodes, config.rollback_probability) == (20, 0.99)
+    worse = judge("new", "old", (30, 8), (30, 17), config)
+    assert 0.99 < 1.0 - worse.p_better < 0.9905
+    assert (worse.verdict, worse.reason) == (Verdict.ROLLBACK, "live_guard")
+    nearly = judge("new", "old", (30, 9), (30, 18), config)
+    assert 0.9895 < 1.0 - nearly.p_better < 0.99
+    assert nearly.verdict is Verdict.CONTINUE
+    at = GuardConfig(rollback_probability=1.0 - worse.p_better)
+    assert judge("new", "old", (30, 8), (30, 17), at).verdict is Verdict.ROLLBACK
