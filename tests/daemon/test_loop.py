@@ -190,3 +190,19 @@ def test_a_swapped_engineer_proposes_from_the_next_batch_on(tmp_path: Path) -> N
         "engineer-v1",
         "engineer-v2",
     )
+
+
+def test_an_inconclusive_candidate_is_neither_registered_nor_released(tmp_path: Path) -> None:
+    """A batch gain with no guard set is "inconclusive" at the gate, and inconclusive is "no":
+    the loop registers no overlay, publishes no release and links no candidate to one."""
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer(), guard_limit=0)
+    ingest(store, failed_trajectories(12))
+    assert loop.flush() == 1
+    outcome = loop.work_once("w1")
+    assert outcome is not None
+    assert outcome.rewards[0] is not None and outcome.rewards[0] > 0  # it does help the batch
+    assert outcome.verdicts[0] == "inconclusive", outcome.verdicts
+    assert outcome.overlay_id is None
+    assert registry.list(target="shop") == [], "an inconclusive candidate was registered"
+    assert sent == [], "an inconclusive candidate was released"
+    assert [r.overlay_id for r in store.canary_results(outcome.batch_id)] == [None] * 3
