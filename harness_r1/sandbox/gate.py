@@ -105,9 +105,16 @@ def bootstrap_delta_interval(
     rng = random.Random(seed)
     n = len(diffs)
     means = sorted(sum(rng.choice(diffs) for _ in range(n)) / n for _ in range(samples))
-    low = means[int((alpha / 2) * (samples - 1))]
-    high = means[int((1 - alpha / 2) * (samples - 1))]
-    return (low, high)
+    return (
+        means[percentile_rank(alpha / 2, samples)],
+        means[percentile_rank(1 - alpha / 2, samples)],
+    )
+
+
+def percentile_rank(q: float, samples: int) -> int:
+    """The index of the q-quantile among `samples` sorted values: the nearest rank at or below
+    q * (samples - 1), so q = 0 is the smallest value and q = 1 the largest."""
+    return int(q * (samples - 1))
 
 
 def reject_unevaluated(reason: str) -> GateDecision:

@@ -6,11 +6,14 @@ import pytest
 
 from harness_r1.sandbox.gate import (
     GateConfig,
+    GateDecision,
     PairedOutcome,
+    PairedStats,
     bootstrap_delta_interval,
     decide,
     mcnemar_regression_p,
     paired_stats,
+    percentile_rank,
     reject_unevaluated,
 )
 
@@ -155,3 +158,178 @@ def test_bootstrap_regression_margin_is_a_strict_bound() -> None:
 
     assert verdict(0.99) == "reject"
     assert verdict(1.0) == "promote"  # high == -margin: not below it
+
+
+def test_percentile_rank_is_the_nearest_rank_at_or_below() -> None:
+    assert [percentile_rank(q, 2000) for q in (0.0, 0.025, 0.975, 1.0)] == [0, 49, 1949, 1999]
+    assert [percentile_rank(q, 101) for q in (0.15, 0.5, 0.85)] == [15, 50, 85]
+    assert percentile_rank(0.149, 101) == 14
+
+
+def test_bootstrap_interval_of_no_pairs_is_zero() -> None:
+    assert bootstrap_delta_interval([], 2000, 0.05, seed=0) == (0.0, 0.0)
+
+
+def test_bootstrap_interval_depends_on_its_seed_only() -> None:
+    data = pairs(3, 9, 4, 4)
+    intervals = {bootstrap_delta_interval(data, 100, 0.5, seed=s) for s in range(8)}
+    assert len(intervals) > 1  # the seed is used
+    assert bootstrap_delta_interval(data, 100, 0.5, seed=5) == bootstrap_delta_interval(
+        data, 100, 0.5, seed=5
+    )
+
+
+BATCH_GAIN = pairs(0, 4, 0, 6)  # 10 tasks, 0.0 -> 0.4
+BATCH_NUMBERS = {
+    "batch_n": 10,
+    "batch_delta": 0.4,
+    "batch_base_rate": 0.0,
+    "batch_patched_rate": 0.4,
+}
+
+
+def test_a_short_batch_decision_in_full() -> None:
+    decision = decide(pairs(0, 2, 0, 1), pairs(20, 0, 0, 0), GateConfig(min_batch_tasks=8))
+    assert decision == GateDecision(
+        False,
+        "inconclusive",
+        ["batch has 3 paired tasks; the minimum is 8"],
+        {"batch_n": 3, "batch_delta": 2 / 3, "batch_base_rate": 0.0, "batch_patched_rate": 2 / 3},
+    )
+
+
+def test_a_no_gain_decision_in_full() -> None:
+    decision = decide(pairs(2, 1, 1, 6), pairs(20, 0, 0, 0), GateConfig())
+    numbers = {"batch_n": 10, "batch_delta": 0.0, "batch_base_rate": 0.3, "batch_patched_rate": 0.3}
+    assert decision == GateDecision(
+        False, "reject", ["no gain on the batch (delta +0.000)"], numbers
+    )
+
+
+def test_a_short_guard_decision_in_full() -> None:
+    decision = decide(BATCH_GAIN, pairs(5, 0, 0, 5), GateConfig(min_guard_tasks=20))
+    guard = {"guard_n": 10, "guard_delta": 0.0, "guard_improved": 0, "guard_regressed": 0}
+    assert decision == GateDecision(
+        False,
+        "inconclusive",
+        ["batch delta +0.400 over 10 tasks", "guard set has 10 paired tasks; the minimum is 20"],
+        BATCH_NUMBERS | guard,
+    )
+
+
+def test_a_mcnemar_rejection_in_full() -> None:
+    decision = decide(BATCH_GAIN, pairs(10, 0, 6, 10), GateConfig(min_guard_tasks=20))
+    guard = {
+        "guard_n": 26,
+        "guard_delta": 10 / 26 - 16 / 26,
+        "guard_improved": 0,
+        "guard_regressed": 6,
+        "guard_regression_p": 1 / 64,
+    }
+    assert decision == GateDecision(
+        False,
+        "reject",
+        [
+            "batch delta +0.400 over 10 tasks",
+            "significant regression on the guard set: McNemar one-sided p=0.0156 "
+            "(6 regressed, 0 improved)",
+        ],
+        BATCH_NUMBERS | guard,
+    )
+
+
+def test_a_mcnemar_promotion_in_full() -> None:
+    decision = decide(BATCH_GAIN, pairs(10, 1, 1, 10), GateConfig(min_guard_tasks=20))
+    guard = {
+        "guard_n": 22,
+        "guard_delta": 0.0,
+        "guard_improved": 1,
+        "guard_regressed": 1,
+        "guard_regression_p": 0.75,
+    }
+    assert decision == GateDecision(
+        True,
+        "promote",
+        [
+            "batch delta +0.400 over 10 tasks",
+            "no significant regression on the guard set: McNemar one-sided p=0.7500 "
+            "(1 regressed, 1 improved)",
+        ],
+        BATCH_NUMBERS | guard,
+    )
+
+
+def test_mcnemar_p_at_exactly_alpha_is_not_significant() -> None:
+    """p = 1/64 with alpha = 1/64: the rule is p < alpha."""
+    decision = decide(BATCH_GAIN, pairs(10, 0, 6, 10), GateConfig(alpha=1 / 64))
+    assert decision.verdict == "promote"
+
+
+def test_a_bootstrap_rejection_in_full() -> None:
+    config = GateConfig(min_guard_tasks=20, method="bootstrap")
+    decision = decide(BATCH_GAIN, pairs(0, 0, 20, 0), config)
+    guard = {
+        "guard_n": 20,
+        "guard_delta": -1.0,
+        "guard_improved": 0,
+        "guard_regressed": 20,
+        "guard_delta_low": -1.0,
+        "guard_delta_high": -1.0,
+    }
+    assert decision == GateDecision(
+        False,
+        "reject",
+        [
+            "batch delta +0.400 over 10 tasks",
+            "significant regression on the guard set: "
+            "bootstrap 95% interval of guard delta [-1.000, -1.000]",
+        ],
+        BATCH_NUMBERS | guard,
+    )
+
+
+def test_the_bootstrap_rule_uses_the_configured_seed() -> None:
+    guard = pairs(8, 3, 5, 6)
+    config = GateConfig(min_guard_tasks=20, method="bootstrap", bootstrap_seed=11)
+    numbers = decide(BATCH_GAIN, guard, config).numbers
+    expected = bootstrap_delta_interval(guard, config.bootstrap_samples, config.alpha, seed=11)
+    assert (numbers["guard_delta_low"], numbers["guard_delta_high"]) == expected
+    assert (
+        decide(BATCH_GAIN, guard, config)
+        .reasons[-1]
+        .startswith("no significant regression on the guard set: bootstrap 95% interval")
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("alpha", 1.0, r"alpha must be in \(0, 1\), got 1.0"),
+        ("min_guard_tasks", -1, "min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples"),
+        ("bootstrap_samples", 99, "min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples"),
+        ("method", "vibes", "method must be mcnemar or bootstrap, got 'vibes'"),
+    ],
+)
+def test_gate_config_refusals_name_the_rule(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GateConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_gate_config_accepts_its_boundaries() -> None:
+    config = GateConfig(min_batch_tasks=1, min_guard_tasks=0, bootstrap_samples=100)
+    assert (config.min_batch_tasks, config.min_guard_tasks, config.bootstrap_samples) == (1, 0, 100)
+
+
+def test_paired_stats_of_nothing_is_all_zero() -> None:
+    assert paired_stats([]) == PairedStats(0, 0.0, 0.0, 0, 0)
+
+
+def test_mcnemar_p_values() -> None:
+    assert mcnemar_regression_p(0, 0) == 1.0
+    assert mcnemar_regression_p(1, 0) == 1.0  # one discordant pair, no regression
+    assert mcnemar_regression_p(0, 1) == 0.5
+    assert mcnemar_regression_p(2, 1) == 7 / 8
+
+
+def test_unevaluated_rejection_in_full() -> None:
+    assert reject_unevaluated("infra: x") == GateDecision(False, "reject", ["infra: x"])
