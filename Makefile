@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint schemas clean
+.PHONY: demo test bench mutate lint schemas clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +22,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	bash benchmarks/run_all.sh
+
+# Mutation testing of the critical modules ([tool.mutmut] in pyproject.toml); hours on 2 cores,
+# resumable (mutmut keeps its results in mutants/). The score goes into BENCHMARKS.md.
+mutate: $(STAMP)
+	$(PY) -m pip install -q mutmut==3.8.1
+	HARNESS_R1_DATA=$${HARNESS_R1_DATA:-$(abspath ../shared/benchmarks)} $(VENV)/bin/mutmut run
+	$(PY) benchmarks/mutation_score.py --survivors
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check harness_r1 tests

@@ -1,0 +1,101 @@
+"""The mutation score of the critical modules, per module, from a finished `mutmut run`.
+
+Reads `mutmut results --all true` (run in the directory holding `mutants/`) and the reviewed
+list of equivalent mutants (`benchmarks/mutation_equivalent.txt`: one `name  reason` per line),
+and prints a Markdown table: killed / (mutants - equivalent), with timeouts counted as killed
+(the mutant made the tests hang, which the tests noticed), and the survivors that are left.
+
+    .venv/bin/python benchmarks/mutation_score.py [--results FILE] [--survivors]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+KILLED = {"killed", "timeout"}
+EQUIVALENT_FILE = Path(__file__).with_name("mutation_equivalent.txt")
+
+
+def read_results(text: str) -> dict[str, str]:
+    """`name: status` lines as printed by `mutmut results --all true`."""
+    results = {}
+    for line in text.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and name.startswith("harness_r1."):
+            results[name] = status.strip()
+    return results
+
+
+def read_equivalent(path: Path) -> dict[str, str]:
+    """Reviewed equivalent mutants: `name  reason` (blank lines and `#` comments ignored)."""
+    if not path.is_file():
+        return {}
+    rows = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, reason = line.partition(" ")
+            rows[name] = reason.strip()
+    return rows
+
+
+def module_of(mutant: str) -> str:
+    """`harness_r1.sandbox.gate.x_decide__mutmut_9` -> `harness_r1.sandbox.gate`."""
+    return mutant.rsplit(".", 1)[0]
+
+
+def table(results: dict[str, str], equivalent: dict[str, str]) -> tuple[str, list[str]]:
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    left = []
+    for name, status in sorted(results.items()):
+        module = module_of(name)
+        if name in equivalent and status not in KILLED:
+            counts[module]["equivalent"] += 1
+            continue
+        counts[module][status] += 1
+        if status not in KILLED:
+            left.append(f"{name}: {status}")
+    lines = [
+        "| module | mutants | killed | equivalent | left | score |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    total: Counter[str] = Counter()
+    for module in sorted(counts):
+        total.update(counts[module])
+        lines.append(_row(module, counts[module]))
+    lines.append(_row("**all**", total))
+    return "\n".join(lines), left
+
+
+def _row(label: str, c: Counter[str]) -> str:
+    mutants = sum(c.values())
+    killed = sum(c[s] for s in KILLED)
+    left = mutants - killed - c["equivalent"]
+    judged = mutants - c["equivalent"]
+    score = f"{100 * killed / judged:.1f}%" if judged else "-"
+    return f"| {label} | {mutants} | {killed} | {c['equivalent']} | {left} | {score} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--results", type=Path, help="saved `mutmut results --all true` output")
+    parser.add_argument("--survivors", action="store_true", help="also list what is left")
+    args = parser.parse_args()
+    if args.results:
+        text = args.results.read_text()
+    else:
+        mutmut = Path(sys.executable).with_name("mutmut")
+        run = [str(mutmut), "results", "--all", "true"]
+        text = subprocess.run(run, check=True, capture_output=True, text=True).stdout
+    markdown, left = table(read_results(text), read_equivalent(EQUIVALENT_FILE))
+    print(markdown)
+    if args.survivors:
+        print("\nLeft:\n" + "\n".join(left))
+
+
+if __name__ == "__main__":
+    main()
