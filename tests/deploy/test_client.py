@@ -335,3 +335,35 @@ def test_a_release_on_the_control_topic_or_a_command_on_the_release_topic_is_mal
         assert counted == 1, kind
     assert client.sync() == 2  # the same bytes, each on its own topic
     assert client.active_overlay_id == a and client.state.hold is Hold.PAUSED
+
+
+def test_client_metrics_are_the_documented_families() -> None:
+    """Operators' dashboards and alerts name these families, label sets and help texts."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics = ClientMetrics(registry)
+    metrics.messages.labels(kind="release", result="applied").inc()
+    metrics.rejections.labels(reason="malformed").inc()
+    metrics.swaps.labels(cause="release").inc()
+    families = {
+        family.name: (family.type, family.documentation, sorted(family.samples[0].labels))
+        for family in registry.collect()
+    }
+    assert families == {
+        "harness_r1_client_messages": (
+            "counter",
+            "Release and control messages read by agent-side clients, by kind and result",
+            ["kind", "result"],
+        ),
+        "harness_r1_client_rejections": (
+            "counter",
+            "Messages refused by agent-side clients, by reason",
+            ["reason"],
+        ),
+        "harness_r1_client_swaps": (
+            "counter",
+            "Overlay swaps in agent-side clients, by cause",
+            ["cause"],
+        ),
+    }
