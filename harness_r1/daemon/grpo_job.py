@@ -39,7 +39,7 @@ class GrpoJobResult:
 
 def grpo_update(store: StateStore, config: GrpoJobConfig) -> GrpoJobResult:
     from harness_r1.trainer.grpo import GrpoSettings, ReplayGroup, train_grpo_replay
-    from harness_r1.trainer.sft import latest_version
+    from harness_r1.trainer.versions import latest_version
 
     rows = store.untrained_groups()
     replay, skipped = [], 0

@@ -178,7 +178,7 @@ def build_proposer(settings: Settings, adapter: Path | None = None) -> Proposer:
     if loop.engineer_backend == "template":
         return TemplateProposer()
     from harness_r1.trainer.engineer import EngineerSpec, build_engineer
-    from harness_r1.trainer.sft import latest_version
+    from harness_r1.trainer.versions import latest_version
 
     adapter = adapter or latest_version(settings.cache / "engineer-artifacts")
     api_key = loop.engineer_api_key.get_secret_value() if loop.engineer_api_key else None
@@ -495,7 +495,7 @@ def _engineer_reloader(settings: Settings, loop: ImprovementLoop) -> Callable[[s
         if backend not in SWAPPABLE_ENGINEERS:
             log.warning("engineer_version_not_loaded", version=version, backend=backend)
             return None
-        from harness_r1.trainer.sft import versions_dir
+        from harness_r1.trainer.versions import versions_dir
 
         path = versions_dir(settings.cache / "engineer-artifacts") / version
         try:

@@ -24,7 +24,7 @@ Two ways in:
   loss on exactly those ids. Caveat: TRL takes the policy at replay time as the behaviour
   policy (the daemon's sampling log-probs are not used), so the first iteration's ratio is 1.
 
-Both publish the trained adapter as the next `engineer/vNNNN/` (see `trainer.sft`), with metadata
+Both publish the trained adapter as the next `engineer/vNNNN/` (see `trainer.versions`), with metadata
 (parent version, groups used, mean reward, steps, wall time, tokens/s), and resume an
 interrupted run from its last checkpoint.
 """
@@ -46,27 +46,28 @@ from harness_r1.contracts import CanaryReport, FailurePacket
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.static import StaticLimits
 from harness_r1.trainer.engineer import EngineerSample
+from harness_r1.trainer.errors import TrainingError
+from harness_r1.trainer.model_io import (
+    LLAMA_LORA_TARGETS,
+    load_policy,
+    model_fingerprint,
+    require_training_stack,
+    resolve_base,
+)
 from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
 from harness_r1.trainer.propose import classify
-from harness_r1.trainer.sft import (
-    LLAMA_LORA_TARGETS,
-    TrainingError,
-    TrainResult,
+from harness_r1.trainer.runs import (
     check_common,
     finish_run,
     identity_settings,
-    load_policy,
     make_meter,
-    model_fingerprint,
-    publish_version,
-    require_training_stack,
-    resolve_base,
     run_key,
     run_metadata,
     save_adapter,
     select_run_dir,
 )
 from harness_r1.trainer.shaping import InvalidRewardShape
+from harness_r1.trainer.versions import TrainResult, publish_version
 
 log = structlog.get_logger(__name__)
 

@@ -1,5 +1,6 @@
-"""Cold-start SFT of the engineer with TRL's `SFTTrainer`, and what every training run shares:
-versioned adapters, resumable run directories and their metadata.
+"""Cold-start SFT of the engineer with TRL's `SFTTrainer`. What every training run shares lives
+beside it: `trainer.runs` (resumable run directories, run keys, metadata), `trainer.versions`
+(published adapters) and `trainer.model_io` (the base model, LoRA, loading the policy).
 
 SFT: the cold-start dataset (`trainer.coldstart`, JSONL rows in TRL's conversational
 prompt/completion format, `{"prompt": [messages], "completion": [{"role": "assistant", ...}],
@@ -7,7 +8,7 @@ prompt/completion format, `{"prompt": [messages], "completion": [{"role": "assis
 (`completion_only_loss=True`). On CPU: `use_cpu=True, bf16=False, gradient_checkpointing=False`.
 TRL's own progress bar and per-step logs show progress.
 
-Layout under `settings.output_root`:
+Layout under `settings.output_root` (the same for GRPO):
 - `runs/<kind>-<key>[-<attempt>]/checkpoint-N/`: the Trainer's checkpoints. `key` hashes what
   defines the run (base model, parent adapter, data, settings other than the step budget), so
   running the same command again after an interruption finds the run and resumes from its last
@@ -24,46 +25,36 @@ torch, transformers, trl, peft and datasets are imported inside functions (the `
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
-import shutil
-import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-log = structlog.get_logger(__name__)
-
-ENGINEER_DIR = "engineer"
-RUNS_DIR = "runs"
-METADATA_FILE = "metadata.json"
-#: The attention projections of a Llama-architecture model (SmolLM2 is one).
-LLAMA_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-TRAIN_HINT = "pip install 'harness-r1[train]' (trl==1.16.0, peft>=0.17,<1)"
-VERSION_RE = re.compile(r"^v(\d{4,})$")
-#: Settings that do not define a run (a resumed run may change them).
-NON_IDENTITY_SETTINGS = frozenset(
-    {
-        "output_root",
-        "max_steps",
-        "epochs",
-        "logging_steps",
-        "save_steps",
-        "save_total_limit",
-        "threads",
-    }
+from harness_r1.trainer.errors import TrainingError
+from harness_r1.trainer.model_io import (
+    LLAMA_LORA_TARGETS,
+    file_sha256,
+    load_policy,
+    model_fingerprint,
+    require_training_stack,
+    resolve_base,
 )
+from harness_r1.trainer.runs import (
+    check_common,
+    finish_run,
+    identity_settings,
+    make_meter,
+    run_key,
+    run_metadata,
+    save_adapter,
+    select_run_dir,
+)
+from harness_r1.trainer.versions import TrainResult, publish_version
 
-
-class TrainingError(RuntimeError):
-    """Training could not start or its inputs are unusable (with what to do about it)."""
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,388 +104,13 @@ class SftSettings:
             raise ValueError(f"max_length must be >= 16, got {self.max_length}")
 
 
-def check_common(settings: Any) -> None:
-    if settings.learning_rate <= 0:
-        raise ValueError(f"learning_rate must be > 0, got {settings.learning_rate}")
-    if settings.lora_r < 1 or settings.lora_alpha < 1:
-        raise ValueError("lora_r and lora_alpha must be >= 1")
-    if not settings.lora_targets:
-        raise ValueError("lora_targets must name at least one module")
-    if settings.save_steps < 1 or settings.logging_steps < 1:
-        raise ValueError("save_steps and logging_steps must be >= 1")
-    if getattr(settings, "grad_accum", 1) < 1 or getattr(settings, "batch_size", 1) < 1:
-        raise ValueError("batch_size and grad_accum must be >= 1")
-
-
-def settings_dict(settings: Any) -> dict[str, Any]:
-    """The settings as JSON-able values (paths and tuples as strings and lists)."""
-    out: dict[str, Any] = {}
-    for f in fields(settings):
-        value = getattr(settings, f.name)
-        if isinstance(value, Path):
-            value = str(value)
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[f.name] = value
-    return out
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """A published version: its directory, name (`v0001`) and metadata (as written)."""
-
-    version_dir: Path
-    version: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
 # -- versions -------------------------------------------------------------------------------
-
-
-def versions_dir(root: Path) -> Path:
-    return Path(root) / ENGINEER_DIR
-
-
-def version_number(path: Path) -> int | None:
-    match = VERSION_RE.match(Path(path).name)
-    return int(match.group(1)) if match else None
-
-
-def list_versions(root: Path) -> list[Path]:
-    """Published versions under `root/engineer/`, oldest first."""
-    directory = versions_dir(root)
-    if not directory.is_dir():
-        return []
-    found = [(version_number(p), p) for p in directory.iterdir() if p.is_dir()]
-    return [p for n, p in sorted((n, p) for n, p in found if n is not None)]
-
-
-def latest_version(root: Path) -> Path | None:
-    versions = list_versions(root)
-    return versions[-1] if versions else None
-
-
-def read_metadata(version_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((Path(version_dir) / METADATA_FILE).read_text())
-    return data
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
-
-
-def publish_version(
-    root: Path, write: Callable[[Path], None], metadata: Mapping[str, Any]
-) -> TrainResult:
-    """Write a new version: `write(tmp_dir)` saves the adapter, then `metadata.json` (with the
-    version name) goes next to it and the directory is renamed to the next free `vNNNN`. A
-    rename onto a version that appeared meanwhile fails (versions are never empty), and the
-    next number is tried: concurrent publishers never overwrite each other."""
-    directory = versions_dir(root)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        write(tmp)
-        latest = latest_version(root)
-        number = (version_number(latest) or 0) + 1 if latest is not None else 1
-        for _ in range(1000):
-            name = f"v{number:04d}"
-            data = {**metadata, "version": name}
-            _write_json(tmp / METADATA_FILE, data)
-            target = directory / name
-            if not target.exists():
-                try:
-                    os.rename(tmp, target)
-                except OSError:  # another publisher took it between the check and the rename
-                    pass
-                else:
-                    log.info("engineer version published", version=name, path=str(target))
-                    return TrainResult(version_dir=target, version=name, metadata=data)
-            number += 1
-        raise TrainingError(f"could not allocate a version under {directory}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def parent_version(adapter: Path | None) -> str | None:
-    """The version an adapter was published as (`v0001`), its path if it is not a version,
-    None when training starts from the base model."""
-    if adapter is None:
-        return None
-    return Path(adapter).name if version_number(Path(adapter)) is not None else str(adapter)
 
 
 # -- base model, hashes, versions of the libraries ------------------------------------------
 
 
-def resolve_base(base: str | Path, cache_dir: Path | None = None) -> Path:
-    """A transformers checkpoint directory: `base` itself, or an embedded model's converted
-    checkpoint when `base` names one (`smollm2`: converted once from the packaged GGUF; a
-    GGUF-loaded model is flagged quantized and cannot be trained)."""
-    from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpoint
-
-    if isinstance(base, str) and base in EMBEDDED:
-        return converted_checkpoint(EMBEDDED[base], cache_dir)
-    path = Path(base)
-    if not (path / "config.json").is_file():
-        raise TrainingError(
-            f"{base} is neither an embedded model ({', '.join(EMBEDDED)}) nor a transformers "
-            "checkpoint directory (no config.json)"
-        )
-    return path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _safetensors_header(path: Path) -> bytes:
-    with open(path, "rb") as handle:
-        size = int.from_bytes(handle.read(8), "little")
-        return handle.read(min(size, 1 << 24))
-
-
-def model_fingerprint(path: Path) -> str:
-    """Identifies a checkpoint without hashing its weights: config.json plus, per weight file,
-    its name, size and safetensors header (tensor names, shapes, dtypes, offsets)."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    for name in ("config.json", "adapter_config.json"):
-        if (path / name).is_file():
-            digest.update(name.encode() + b"\0" + (path / name).read_bytes())
-    for weights in sorted(path.glob("*.safetensors")):
-        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
-        digest.update(_safetensors_header(weights))
-    for weights in sorted(path.glob("*.bin")):
-        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
-    return digest.hexdigest()[:16]
-
-
-def library_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str] = {}
-    for name in ("trl", "peft", "torch", "transformers", "accelerate", "datasets"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "missing"
-    return out
-
-
-def require_training_stack() -> None:
-    """Fail with the install hint when the train extra is missing."""
-    missing = []
-    for module in ("trl", "peft", "datasets"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise TrainingError(f"training needs {', '.join(missing)}: {TRAIN_HINT}")
-
-
-def lora_config(settings: Any) -> Any:
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=settings.lora_r,
-        lora_alpha=settings.lora_alpha,
-        lora_dropout=settings.lora_dropout,
-        target_modules=list(settings.lora_targets),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-
-
-def _align_eos(tokenizer: Any, model: Any) -> None:
-    """Checkpoints converted before the fix (or other bases) may still disagree: align here
-    too, so the Trainer never makes `<|im_start|>` the model's only eos."""
-    from harness_r1.harness.policies.local_models import align_turn_tokens
-
-    align_turn_tokens(tokenizer, model)
-
-
-def load_policy(base_dir: Path, settings: Any, adapter: Path | None = None) -> tuple[Any, Any, Any]:
-    """(model, tokenizer, peft_config): the base model in fp32 with a fresh LoRA config, or with
-    an existing adapter loaded trainable (then peft_config is None: the adapter is the model's)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
-    if tokenizer.pad_token is None:
-        # A dedicated pad token when the vocabulary has one (SmolLM2: <|endoftext|>), so padding
-        # never reuses a token that also appears inside the sequences.
-        vocab = tokenizer.get_vocab()
-        tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in vocab else tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    _align_eos(tokenizer, model)
-    if getattr(model, "hf_quantizer", None) is not None or getattr(
-        model.config, "quantization_config", None
-    ):
-        raise TrainingError(
-            f"{base_dir} is a quantized model (a GGUF load?), which cannot be trained: use the "
-            "converted checkpoint (`resolve_base('smollm2')`)"
-        )
-    if adapter is None:
-        return model, tokenizer, lora_config(settings)
-    from peft import PeftModel
-
-    if not (Path(adapter) / "adapter_config.json").is_file():
-        raise TrainingError(f"{adapter} is not a peft adapter directory (no adapter_config.json)")
-    return PeftModel.from_pretrained(model, str(adapter), is_trainable=True), tokenizer, None
-
-
 # -- run directories and resuming -----------------------------------------------------------
-
-
-def run_key(payload: Mapping[str, Any]) -> str:
-    text = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def identity_settings(settings: Any) -> dict[str, Any]:
-    return {k: v for k, v in settings_dict(settings).items() if k not in NON_IDENTITY_SETTINGS}
-
-
-def _checkpoint_step(checkpoint: Path) -> int:
-    state = Path(checkpoint) / "trainer_state.json"
-    if state.is_file():
-        return int(json.loads(state.read_text()).get("global_step", 0))
-    return int(str(checkpoint).rsplit("-", 1)[-1])
-
-
-def select_run_dir(root: Path, kind: str, key: str, max_steps: int) -> tuple[Path, Path | None]:
-    """(run dir, checkpoint to resume from or None). Attempts of a run are tried in order; the
-    first one that is not finished is used: resumed from its last checkpoint when it has one.
-    Finished: its last checkpoint reached `max_steps` (> 0), or it wrote `completed.json`
-    (epoch-based runs)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    runs = Path(root) / RUNS_DIR
-    attempt = 1
-    while True:
-        name = f"{kind}-{key}" if attempt == 1 else f"{kind}-{key}-{attempt}"
-        run_dir = runs / name
-        if not run_dir.is_dir():
-            return run_dir, None
-        last = get_last_checkpoint(str(run_dir))
-        if last is None:
-            return run_dir, None
-        step = _checkpoint_step(Path(last))
-        finished = step >= max_steps if max_steps > 0 else (run_dir / "completed.json").is_file()
-        if not finished:
-            return run_dir, Path(last)
-        attempt += 1
-
-
-def make_meter() -> Any:
-    """A TrainerCallback measuring this invocation: wall time, steps and tokens since the
-    (possibly resumed) start."""
-    from transformers import TrainerCallback
-
-    class Meter(TrainerCallback):
-        def __init__(self) -> None:
-            self.start_step = 0
-            self.start_tokens = 0
-            self.started = 0.0
-            self.wall_s = 0.0
-            self.steps = 0
-            self.tokens = 0
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.start_step = int(state.global_step)
-            self.start_tokens = int(state.num_input_tokens_seen or 0)
-            self.started = time.perf_counter()
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.wall_s = time.perf_counter() - self.started
-            self.steps = int(state.global_step) - self.start_step
-            self.tokens = int(state.num_input_tokens_seen or 0) - self.start_tokens
-
-    return Meter()
-
-
-def last_logged(log_history: Iterable[Mapping[str, Any]], key: str) -> float | None:
-    values = [row[key] for row in log_history if key in row]
-    return float(values[-1]) if values else None
-
-
-def _run_loss(log_history: Iterable[Mapping[str, Any]], start_step: int, fallback: float) -> float:
-    """Mean logged loss of this invocation's steps (the Trainer's own `training_loss` divides by
-    every step of a resumed run, including those done before)."""
-    losses = [
-        float(row["loss"])
-        for row in log_history
-        if "loss" in row and row.get("step", 0) > start_step
-    ]
-    return sum(losses) / len(losses) if losses else float(fallback)
-
-
-def run_metadata(
-    *,
-    kind: str,
-    base_dir: Path,
-    adapter: Path | None,
-    settings: Any,
-    trainer: Any,
-    output: Any,
-    meter: Any,
-    run_dir: Path,
-    resumed_from: Path | None,
-    extra: Mapping[str, Any],
-) -> dict[str, Any]:
-    """What every version's metadata.json carries (plus the kind-specific `extra`)."""
-    state = trainer.state
-    wall = meter.wall_s or float(output.metrics.get("train_runtime", 0.0))
-    return {
-        "kind": kind,
-        "created_at": datetime.now(UTC).isoformat(),
-        "base_model": {
-            "path": str(base_dir),
-            "name": base_dir.name,
-            "fingerprint": model_fingerprint(base_dir),
-        },
-        "parent_version": parent_version(adapter),
-        "parent_path": None if adapter is None else str(adapter),
-        "settings": settings_dict(settings),
-        "train_loss": _run_loss(state.log_history, meter.start_step, output.training_loss),
-        "final_loss": last_logged(state.log_history, "loss"),
-        "last_log": next((dict(row) for row in reversed(state.log_history) if "loss" in row), None),
-        "steps": int(state.global_step),
-        "steps_this_run": meter.steps,
-        "wall_s": round(wall, 3),
-        "tokens": meter.tokens,
-        "tokens_per_s": round(meter.tokens / wall, 2) if wall > 0 else None,
-        "run_dir": str(run_dir),
-        "resumed_from": None if resumed_from is None else resumed_from.name,
-        "libraries": library_versions(),
-        **extra,
-    }
-
-
-def save_adapter(trainer: Any, tokenizer: Any) -> Callable[[Path], None]:
-    def write(directory: Path) -> None:
-        trainer.model.save_pretrained(str(directory))
-        tokenizer.save_pretrained(str(directory))
-
-    return write
-
-
-def finish_run(run_dir: Path, result: TrainResult) -> None:
-    _write_json(
-        run_dir / "completed.json",
-        {"version": result.version, "steps": result.metadata.get("steps")},
-    )
 
 
 # -- the dataset ----------------------------------------------------------------------------
@@ -668,33 +284,4 @@ def train_sft(
     return result
 
 
-def settings_from(cls: type[Any], values: Mapping[str, Any]) -> Any:
-    """Settings from plain values (a CLI, a config file): unknown keys are an error, paths and
-    tuples are converted."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
-    converted = dict(values)
-    if "output_root" in converted:
-        converted["output_root"] = Path(converted["output_root"])
-    for name, value in list(converted.items()):
-        if isinstance(value, list):
-            converted[name] = tuple(value)
-    return cls(**converted)
-
-
-__all__ = [
-    "LLAMA_LORA_TARGETS",
-    "SftSettings",
-    "TrainResult",
-    "TrainingError",
-    "latest_version",
-    "list_versions",
-    "load_sft_rows",
-    "publish_version",
-    "read_metadata",
-    "resolve_base",
-    "settings_from",
-    "train_sft",
-]
+__all__ = ["SftSettings", "check_row_lengths", "load_sft_rows", "sft_config", "train_sft"]

@@ -31,6 +31,7 @@ from harness_r1.contracts import (
 )
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.trainer.engineer import EngineerSample
+from harness_r1.trainer.errors import TrainingError
 from harness_r1.trainer.grpo import (
     CanaryReward,
     GrpoSettings,
@@ -47,14 +48,8 @@ from harness_r1.trainer.grpo import (
     train_grpo_replay,
 )
 from harness_r1.trainer.prompt import render_completion
-from harness_r1.trainer.sft import (
-    SftSettings,
-    TrainingError,
-    list_versions,
-    publish_version,
-    read_metadata,
-    train_sft,
-)
+from harness_r1.trainer.sft import SftSettings, train_sft
+from harness_r1.trainer.versions import list_versions, publish_version, read_metadata
 
 # -- advantages -----------------------------------------------------------------------------
 
@@ -398,7 +393,7 @@ def test_replayed_groups_reach_the_loss_with_their_sampled_token_ids(tmp_path: P
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    from harness_r1.trainer.sft import resolve_base
+    from harness_r1.trainer.model_io import resolve_base
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_base("smollm2")))
 

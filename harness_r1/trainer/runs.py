@@ -1,0 +1,219 @@
+"""What every training run (SFT, GRPO) shares: the run key that makes a command resumable,
+resumable run directories, the progress meter, run metadata and the finished result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from harness_r1.trainer.model_io import library_versions, model_fingerprint
+from harness_r1.trainer.versions import TrainResult, parent_version, write_json
+
+log = structlog.get_logger(__name__)
+
+
+RUNS_DIR = "runs"
+
+
+#: Settings that do not define a run (a resumed run may change them).
+NON_IDENTITY_SETTINGS = frozenset(
+    {
+        "output_root",
+        "max_steps",
+        "epochs",
+        "logging_steps",
+        "save_steps",
+        "save_total_limit",
+        "threads",
+    }
+)
+
+
+def check_common(settings: Any) -> None:
+    if settings.learning_rate <= 0:
+        raise ValueError(f"learning_rate must be > 0, got {settings.learning_rate}")
+    if settings.lora_r < 1 or settings.lora_alpha < 1:
+        raise ValueError("lora_r and lora_alpha must be >= 1")
+    if not settings.lora_targets:
+        raise ValueError("lora_targets must name at least one module")
+    if settings.save_steps < 1 or settings.logging_steps < 1:
+        raise ValueError("save_steps and logging_steps must be >= 1")
+    if getattr(settings, "grad_accum", 1) < 1 or getattr(settings, "batch_size", 1) < 1:
+        raise ValueError("batch_size and grad_accum must be >= 1")
+
+
+def settings_dict(settings: Any) -> dict[str, Any]:
+    """The settings as JSON-able values (paths and tuples as strings and lists)."""
+    out: dict[str, Any] = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def run_key(payload: Mapping[str, Any]) -> str:
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def identity_settings(settings: Any) -> dict[str, Any]:
+    return {k: v for k, v in settings_dict(settings).items() if k not in NON_IDENTITY_SETTINGS}
+
+
+def _checkpoint_step(checkpoint: Path) -> int:
+    state = Path(checkpoint) / "trainer_state.json"
+    if state.is_file():
+        return int(json.loads(state.read_text()).get("global_step", 0))
+    return int(str(checkpoint).rsplit("-", 1)[-1])
+
+
+def select_run_dir(root: Path, kind: str, key: str, max_steps: int) -> tuple[Path, Path | None]:
+    """(run dir, checkpoint to resume from or None). Attempts of a run are tried in order; the
+    first one that is not finished is used: resumed from its last checkpoint when it has one.
+    Finished: its last checkpoint reached `max_steps` (> 0), or it wrote `completed.json`
+    (epoch-based runs)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    runs = Path(root) / RUNS_DIR
+    attempt = 1
+    while True:
+        name = f"{kind}-{key}" if attempt == 1 else f"{kind}-{key}-{attempt}"
+        run_dir = runs / name
+        if not run_dir.is_dir():
+            return run_dir, None
+        last = get_last_checkpoint(str(run_dir))
+        if last is None:
+            return run_dir, None
+        step = _checkpoint_step(Path(last))
+        finished = step >= max_steps if max_steps > 0 else (run_dir / "completed.json").is_file()
+        if not finished:
+            return run_dir, Path(last)
+        attempt += 1
+
+
+def make_meter() -> Any:
+    """A TrainerCallback measuring this invocation: wall time, steps and tokens since the
+    (possibly resumed) start."""
+    from transformers import TrainerCallback
+
+    class Meter(TrainerCallback):
+        def __init__(self) -> None:
+            self.start_step = 0
+            self.start_tokens = 0
+            self.started = 0.0
+            self.wall_s = 0.0
+            self.steps = 0
+            self.tokens = 0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.start_step = int(state.global_step)
+            self.start_tokens = int(state.num_input_tokens_seen or 0)
+            self.started = time.perf_counter()
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.wall_s = time.perf_counter() - self.started
+            self.steps = int(state.global_step) - self.start_step
+            self.tokens = int(state.num_input_tokens_seen or 0) - self.start_tokens
+
+    return Meter()
+
+
+def last_logged(log_history: Iterable[Mapping[str, Any]], key: str) -> float | None:
+    values = [row[key] for row in log_history if key in row]
+    return float(values[-1]) if values else None
+
+
+def _run_loss(log_history: Iterable[Mapping[str, Any]], start_step: int, fallback: float) -> float:
+    """Mean logged loss of this invocation's steps (the Trainer's own `training_loss` divides by
+    every step of a resumed run, including those done before)."""
+    losses = [
+        float(row["loss"])
+        for row in log_history
+        if "loss" in row and row.get("step", 0) > start_step
+    ]
+    return sum(losses) / len(losses) if losses else float(fallback)
+
+
+def run_metadata(
+    *,
+    kind: str,
+    base_dir: Path,
+    adapter: Path | None,
+    settings: Any,
+    trainer: Any,
+    output: Any,
+    meter: Any,
+    run_dir: Path,
+    resumed_from: Path | None,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What every version's metadata.json carries (plus the kind-specific `extra`)."""
+    state = trainer.state
+    wall = meter.wall_s or float(output.metrics.get("train_runtime", 0.0))
+    return {
+        "kind": kind,
+        "created_at": datetime.now(UTC).isoformat(),
+        "base_model": {
+            "path": str(base_dir),
+            "name": base_dir.name,
+            "fingerprint": model_fingerprint(base_dir),
+        },
+        "parent_version": parent_version(adapter),
+        "parent_path": None if adapter is None else str(adapter),
+        "settings": settings_dict(settings),
+        "train_loss": _run_loss(state.log_history, meter.start_step, output.training_loss),
+        "final_loss": last_logged(state.log_history, "loss"),
+        "last_log": next((dict(row) for row in reversed(state.log_history) if "loss" in row), None),
+        "steps": int(state.global_step),
+        "steps_this_run": meter.steps,
+        "wall_s": round(wall, 3),
+        "tokens": meter.tokens,
+        "tokens_per_s": round(meter.tokens / wall, 2) if wall > 0 else None,
+        "run_dir": str(run_dir),
+        "resumed_from": None if resumed_from is None else resumed_from.name,
+        "libraries": library_versions(),
+        **extra,
+    }
+
+
+def save_adapter(trainer: Any, tokenizer: Any) -> Callable[[Path], None]:
+    def write(directory: Path) -> None:
+        trainer.model.save_pretrained(str(directory))
+        tokenizer.save_pretrained(str(directory))
+
+    return write
+
+
+def finish_run(run_dir: Path, result: TrainResult) -> None:
+    write_json(
+        run_dir / "completed.json",
+        {"version": result.version, "steps": result.metadata.get("steps")},
+    )
+
+
+def settings_from(cls: type[Any], values: Mapping[str, Any]) -> Any:
+    """Settings from plain values (a CLI, a config file): unknown keys are an error, paths and
+    tuples are converted."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
+    converted = dict(values)
+    if "output_root" in converted:
+        converted["output_root"] = Path(converted["output_root"])
+    for name, value in list(converted.items()):
+        if isinstance(value, list):
+            converted[name] = tuple(value)
+    return cls(**converted)
