@@ -1,23 +1,23 @@
-"""The mutation score of the critical modules, per module, from a finished `mutmut run`.
+"""The mutation score of the critical modules, per module, from `benchmarks/mutate.py`'s runs.
 
-Reads `mutmut results --all true` (run in the directory holding `mutants/`) and the reviewed
-list of equivalent mutants (`benchmarks/mutation_equivalent.txt`: one `name  reason` per line),
+Reads each module's `build/mutate/<name>/results.txt` (`mutmut results --all true`) and the
+reviewed equivalent mutants (`benchmarks/mutation_equivalent.txt`, one `name  reason` per line)
 and prints a Markdown table: killed / (mutants - equivalent), with timeouts counted as killed
 (the mutant made the tests hang, which the tests noticed), and the survivors that are left.
 
-    .venv/bin/python benchmarks/mutation_score.py [--results FILE] [--survivors]
+    .venv/bin/python benchmarks/mutation_score.py [--survivors]
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 KILLED = {"killed", "timeout"}
 EQUIVALENT_FILE = Path(__file__).with_name("mutation_equivalent.txt")
+BUILD = Path(__file__).resolve().parents[1] / "build" / "mutate"
 
 
 def read_results(text: str) -> dict[str, str]:
@@ -82,16 +82,14 @@ def _row(label: str, c: Counter[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--results", type=Path, help="saved `mutmut results --all true` output")
     parser.add_argument("--survivors", action="store_true", help="also list what is left")
     args = parser.parse_args()
-    if args.results:
-        text = args.results.read_text()
-    else:
-        mutmut = Path(sys.executable).with_name("mutmut")
-        run = [str(mutmut), "results", "--all", "true"]
-        text = subprocess.run(run, check=True, capture_output=True, text=True).stdout
-    markdown, left = table(read_results(text), read_equivalent(EQUIVALENT_FILE))
+    results: dict[str, str] = {}
+    for path in sorted(BUILD.glob("*/results.txt")):
+        results.update(read_results(path.read_text()))
+    if not results:
+        sys.exit(f"no results under {BUILD}: run benchmarks/mutate.py first")
+    markdown, left = table(results, read_equivalent(EQUIVALENT_FILE))
     print(markdown)
     if args.survivors:
         print("\nLeft:\n" + "\n".join(left))
