@@ -9,7 +9,10 @@ notice when it breaks? So each module gets its own mutmut project under `build/m
 test files listed below. mutmut keeps its results there, so a stopped run resumes where it left
 off; `benchmarks/mutation_score.py` reads every module's results.
 
-    .venv/bin/python benchmarks/mutate.py [NAME ...]     # all modules, or only these
+    .venv/bin/python benchmarks/mutate.py [NAME ...]             # all modules, or only these
+    .venv/bin/python benchmarks/mutate.py --recheck [NAME ...]   # survivors again, after new tests
+
+mutmut keeps a verdict once reached; `--recheck` names the survivors so they run again.
 """
 
 from __future__ import annotations
@@ -88,13 +91,26 @@ def prepare(name: str) -> Path:
     return where
 
 
-def run(name: str) -> int:
+def survivors(where: Path) -> list[str]:
+    """The mutants of the last results that no test killed."""
+    results = where / "results.txt"
+    if not results.is_file():
+        return []
+    rows = (line.strip().rpartition(": ") for line in results.read_text().splitlines())
+    return [name for name, _, status in rows if status in ("survived", "no tests")]
+
+
+def run(name: str, recheck: bool = False) -> int:
     where = prepare(name)
     mutmut = Path(sys.executable).with_name("mutmut")
     env = dict(os.environ)
     env.setdefault("HARNESS_R1_DATA", str((ROOT.parent / "shared" / "benchmarks").resolve()))
+    names = survivors(where) if recheck else []
+    if recheck and not names:
+        print(f"== {name}: no survivors to recheck", flush=True)
+        return 0
     print(f"== {name}: {MODULES[name][0]}", flush=True)
-    code = subprocess.run([str(mutmut), "run"], cwd=where, env=env).returncode
+    code = subprocess.run([str(mutmut), "run", *names], cwd=where, env=env).returncode
     results = subprocess.run(
         [str(mutmut), "results", "--all", "true"], cwd=where, capture_output=True, text=True
     )
@@ -105,11 +121,13 @@ def run(name: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(MODULES)} (default: all)")
-    names = parser.parse_args().names or list(MODULES)
+    parser.add_argument("--recheck", action="store_true", help="run the survivors again")
+    args = parser.parse_args()
+    names = args.names or list(MODULES)
     unknown = sorted(set(names) - set(MODULES))
     if unknown:
         parser.error(f"unknown module(s) {unknown}; choose from {sorted(MODULES)}")
-    failed = [name for name in names if run(name) != 0]
+    failed = [name for name in names if run(name, args.recheck) != 0]
     if failed:
         sys.exit(f"mutmut failed for: {', '.join(failed)}")
 

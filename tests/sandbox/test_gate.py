@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -301,13 +302,16 @@ def test_the_bootstrap_rule_uses_the_configured_seed() -> None:
     )
 
 
+MINIMA = "min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples >= 100"
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("alpha", 1.0, r"alpha must be in \(0, 1\), got 1.0"),
-        ("min_guard_tasks", -1, "min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples"),
-        ("bootstrap_samples", 99, "min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples"),
-        ("method", "vibes", "method must be mcnemar or bootstrap, got 'vibes'"),
+        ("alpha", 1.0, r"^alpha must be in \(0, 1\), got 1.0$"),
+        ("min_guard_tasks", -1, f"^{MINIMA}$"),
+        ("bootstrap_samples", 99, f"^{MINIMA}$"),
+        ("method", "vibes", "^method must be mcnemar or bootstrap, got 'vibes'$"),
     ],
 )
 def test_gate_config_refusals_name_the_rule(field: str, value: object, message: str) -> None:
@@ -333,3 +337,17 @@ def test_mcnemar_p_values() -> None:
 
 def test_unevaluated_rejection_in_full() -> None:
     assert reject_unevaluated("infra: x") == GateDecision(False, "reject", ["infra: x"])
+
+
+def test_bootstrap_interval_is_the_alpha_over_2_percentile_pair_of_resampled_means() -> None:
+    """The documented procedure: resample the task pairs `samples` times with Random(seed),
+    sort the means, take the ranks of alpha/2 and 1 - alpha/2. 400 tasks make the means fine
+    grained, so a neighbouring quantile gives another value."""
+    data = pairs(0, 300, 100, 0)
+    diffs = [int(p.patched_success) - int(p.base_success) for p in data]
+    rng = random.Random(7)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(2000))
+    low, high = bootstrap_delta_interval(data, 2000, 0.2, seed=7)
+    assert (low, high) == (means[199], means[1799])
+    assert len({means[133], means[199], means[799]}) == 3  # other quantiles differ here
+    assert len({means[1866], means[1799], means[1199]}) == 3
