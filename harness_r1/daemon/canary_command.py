@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness_r1.contracts import CanaryReport, Patch
+from harness_r1.contracts import CanaryReport
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, RunConfig
+from harness_r1.harness import RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.harness.tasks import spread
@@ -20,14 +20,13 @@ from harness_r1.sandbox.canary import (
     WORKER_EVENTS,
     CanaryBatch,
     CanaryConfig,
-    CanaryRunner,
     Candidate,
 )
-from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
+from harness_r1.sandbox.canary_factory import build_canary_runner
+from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.sandbox.gate import GateConfig, GateDecision
 from harness_r1.sandbox.gated import run_gated
 from harness_r1.sandbox.patchfile import PatchFileError, load_patch_file
-from harness_r1.sandbox.static import check_patch
 
 
 @dataclass(frozen=True)
@@ -48,14 +47,6 @@ class CanaryRequest:
     cache_dir: Path | None = None
     prefix_cache: bool = False
     gate: GateConfig = field(default_factory=GateConfig)
-
-
-def static_validator(patch: Patch) -> str | None:
-    report = check_patch(patch)
-    if report.ok:
-        return None
-    first = report.violations[0]
-    return f"{first.code}: {first.message}"
 
 
 def _unique_ids(paths: list[Path]) -> list[str]:
@@ -107,11 +98,15 @@ def run_canary(
         history_turns=request.history_turns,
         lockstep=request.lockstep,
     )
-    runtime = HarnessRuntime(suite, policy, data_root, config)
-    hooks_factory = isolated_hooks_factory(SandboxConfig(allow_unisolated=request.allow_unisolated))
-    runner = CanaryRunner(
-        runtime, hooks_factory, static_validator, CanaryConfig(control=request.control)
+    runner = build_canary_runner(
+        suite,
+        policy,
+        data_root,
+        config,
+        sandbox=SandboxConfig(allow_unisolated=request.allow_unisolated),
+        canary=CanaryConfig(control=request.control),
     )
+    runtime = runner.runtime
     candidates = load_candidates(request.patches, request.env)
     try:
         seeds = tuple(request.seed + i for i in range(len(tasks)))

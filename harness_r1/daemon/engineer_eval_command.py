@@ -15,12 +15,11 @@ from pathlib import Path
 from rich.console import Console
 
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, RunConfig
+from harness_r1.harness import RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
-from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
-from harness_r1.sandbox.executor import isolated_hooks_factory
-from harness_r1.trainer.coldstart import static_validator
+from harness_r1.sandbox.canary import BaselineCache
+from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
 from harness_r1.trainer.engineer import EngineerSpec, build_engineer
 from harness_r1.trainer.heldout import HeldOutConfig, HeldOutReport, PacketScore, evaluate_engineer
@@ -65,23 +64,20 @@ def run_engineer_eval(
             prefix_cache=request.prefix_cache,
         )
     )
-    runtime = HarnessRuntime(
+    run = RunConfig(
+        agent_id="engineer-eval",
+        max_steps=request.max_steps,
+        history_turns=request.history_turns,
+        lockstep=request.lockstep,
+    )
+    runner = build_canary_runner(
         get_suite(request.env),
         target,
         data_root,
-        RunConfig(
-            agent_id="engineer-eval",
-            max_steps=request.max_steps,
-            history_turns=request.history_turns,
-            lockstep=request.lockstep,
-        ),
-    )
-    runner = CanaryRunner(
-        runtime,
-        isolated_hooks_factory(),
-        static_validator(),
+        run,
         cache=BaselineCache(request.baseline_cache),
     )
+    runtime = runner.runtime
     engineer = build_engineer(request.engineer)
     scored: list[PacketScore] = []
 

@@ -64,14 +64,13 @@ def overlay_add(
     actor: Actor = "",
 ) -> None:
     """Register a hand-written patch FILE as a candidate (it must pass the static checks)."""
+    from harness_r1.sandbox.intake import check
     from harness_r1.sandbox.patchfile import load_patch_file
-    from harness_r1.sandbox.static import check_patch
 
     patch = load_patch_file(file, env)
-    report = check_patch(patch)
-    if not report.ok:
-        first = report.violations[0]
-        console.print(f"[red]rejected[/red] {first.code}: {first.message}")
+    refusal = check(patch)
+    if refusal is not None:
+        console.print(f"[red]rejected[/red] {refusal}")
         raise typer.Exit(1)
     record = _registry().add(
         patch,

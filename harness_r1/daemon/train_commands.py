@@ -212,13 +212,12 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     temperature: float = 1.0,
     graded_invalid: bool = False,
 ):
-    from harness_r1.daemon.canary_command import static_validator
     from harness_r1.envs import get_suite
-    from harness_r1.harness import HarnessRuntime, RunConfig
+    from harness_r1.harness import RunConfig
     from harness_r1.harness.policies.base import SamplingConfig
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
     from harness_r1.sandbox.canary import CanaryRunner
-    from harness_r1.sandbox.executor import isolated_hooks_factory
+    from harness_r1.sandbox.canary_factory import build_canary_runner
     from harness_r1.trainer.grpo import CanaryReward, GrpoSettings, canary_rows, train_grpo_online
     from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
 
@@ -236,12 +235,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
         config = RunConfig(
             agent_id="grpo-canary", max_steps=target_steps, history_turns=history_turns
         )
-        runtime = HarnessRuntime(get_suite(env), policy, root, config)
-        return CanaryRunner(
-            runtime,
-            isolated_hooks_factory(),
-            static_validator,
-        )
+        return build_canary_runner(get_suite(env), policy, root, config)
 
     found, resolver = packets_and_resolver(load_packet_rows(packets), root, runner_for)
     if not found:

@@ -127,13 +127,11 @@ class CanaryRunners:
             return self._runners[env]
 
     def _build(self, env: str) -> Evaluator:
-        from harness_r1.daemon.canary_command import static_validator
         from harness_r1.envs import get_suite
-        from harness_r1.harness import HarnessRuntime, RunConfig
+        from harness_r1.harness import RunConfig
         from harness_r1.harness.policies.base import SamplingConfig
         from harness_r1.harness.policies.factory import PolicySpec, build_policy
-        from harness_r1.sandbox.canary import CanaryRunner
-        from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+        from harness_r1.sandbox.canary_factory import build_canary_runner
 
         loop = self.settings.loop
         api_key = loop.target_api_key.get_secret_value() if loop.target_api_key else None
@@ -150,12 +148,7 @@ class CanaryRunners:
         config = RunConfig(
             agent_id="canary", max_steps=loop.max_steps, history_turns=loop.history_turns
         )
-        runtime = HarnessRuntime(get_suite(env), policy, self._data_root(), config)
-        return CanaryRunner(
-            runtime,
-            lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
-            static_validator,
-        )
+        return build_canary_runner(get_suite(env), policy, self._data_root(), config)
 
 
 def _lazy_data_root(settings: Settings) -> Callable[[], Path]:

@@ -66,7 +66,7 @@ from harness_r1.contracts import (
     Patch,
 )
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, RunConfig
+from harness_r1.harness import RunConfig
 from harness_r1.harness.policies.base import Policy, SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.sandbox.canary import (
@@ -76,8 +76,8 @@ from harness_r1.sandbox.canary import (
     Candidate,
     InfraFailure,
 )
-from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
-from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.sandbox.canary_factory import build_canary_runner
+from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.trainer.coldstart_sources import (
     CanaryScope,
     PacketSource,
@@ -657,19 +657,6 @@ def build_coldstart(
 # -- the command ----------------------------------------------------------------------------
 
 
-def static_validator(limits: StaticLimits | None = None) -> Callable[[Patch], str | None]:
-    """The canary's validator: the sandbox's static checks ("code: message" when rejected)."""
-
-    def validate(patch: Patch) -> str | None:
-        report = check_patch(patch, limits)
-        if report.ok:
-            return None
-        first = report.violations[0]
-        return f"{first.code}: {first.message}"
-
-    return validate
-
-
 def coldstart_command(
     runs: Sequence[Path],
     env: str,
@@ -720,18 +707,9 @@ def coldstart_command(
         target: Policy = build_policy(spec)
     else:
         target = policy
-    runtime = HarnessRuntime(
-        get_suite(env),
-        target,
-        data_root,
-        RunConfig(
-            agent_id="coldstart",
-            max_steps=max_steps,
-            history_turns=history_turns,
-            lockstep=lockstep,
-        ),
+    run = RunConfig(
+        agent_id="coldstart", max_steps=max_steps, history_turns=history_turns, lockstep=lockstep
     )
-    hooks_factory = isolated_hooks_factory(sandbox)
     config = ColdStartConfig(
         k=k,
         seed=seed,
@@ -739,10 +717,13 @@ def coldstart_command(
         require_effect=require_effect,
         max_packets=limit_packets,
     )
-    runner = CanaryRunner(
-        runtime,
-        hooks_factory,
-        static_validator(config.prompt.limits),
+    runner = build_canary_runner(
+        get_suite(env),
+        target,
+        data_root,
+        run,
+        sandbox=sandbox,
+        limits=config.prompt.limits,
         cache=BaselineCache(baseline_cache),
     )
     try:
@@ -750,7 +731,7 @@ def coldstart_command(
             sources, teacher or TemplateTeacher(), runner, config, out_dir, on_packet=on_packet
         )
     finally:
-        runtime.close()
+        runner.runtime.close()
         close = getattr(target, "close", None)
         if callable(close):
             close()

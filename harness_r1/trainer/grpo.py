@@ -24,8 +24,8 @@ Two ways in:
   loss on exactly those ids. Caveat: TRL takes the policy at replay time as the behaviour
   policy (the daemon's sampling log-probs are not used), so the first iteration's ratio is 1.
 
-Both publish the trained adapter as the next `engineer/vNNNN/` (see `trainer.versions`), with metadata
-(parent version, groups used, mean reward, steps, wall time, tokens/s), and resume an
+Both publish the trained adapter as the next `engineer/vNNNN/` (see `trainer.versions`), with
+metadata (parent version, groups used, mean reward, steps, wall time, tokens/s), and resume an
 interrupted run from its last checkpoint.
 """
 

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from harness_r1.contracts import FailurePacket, HookCode, HookName, Patch
+from harness_r1.sandbox.intake import check
 from harness_r1.sandbox.parse import dump_patch_json
-from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.sandbox.static import StaticLimits
 from harness_r1.trainer.templates import TEMPLATES, templates_for
 from harness_r1.trainer.templates.base import (
     Features,
@@ -286,12 +287,9 @@ class TemplateTeacher:
             description=description if description is not None else _description(choices),
             hooks=hooks,
         )
-        report = check_patch(patch, self.config.limits)
-        if not report.ok:
-            first = report.violations[0]
-            raise ValueError(
-                f"rendered patch fails the static checks: {first.code} {first.message}"
-            )
+        refusal = check(patch, self.config.limits)
+        if refusal is not None:
+            raise ValueError(f"rendered patch fails the static checks: {refusal}")
         return patch
 
     # -- choosing --------------------------------------------------------------------------------

@@ -45,12 +45,12 @@ def failed_trajectories(n: int, offset: int = 0) -> list[Trajectory]:
 
 
 def canary_for(env: str) -> CanaryRunner:
-    from harness_r1.daemon.canary_command import static_validator
+    from harness_r1.sandbox.intake import static_validator
 
     def hooks(patch, cid: str) -> HookSet:  # type: ignore[no-untyped-def]
         return IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=cid)
 
-    return CanaryRunner(runtime("canary"), hooks, static_validator)
+    return CanaryRunner(runtime("canary"), hooks, static_validator())
 
 
 class ReferenceEngineer:

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness_r1.contracts import Patch
-from harness_r1.daemon.canary_command import static_validator
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness import RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import CanaryBatch, CanaryRunner, Candidate
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.canary_factory import build_canary_runner
+from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.sandbox.patchfile import reference_patches
 
 pytestmark = pytest.mark.integration
@@ -34,13 +33,15 @@ def test_reference_patch_raises_success(
     root = Settings().data_root()
     suite = get_suite(env)
     tasks = spread(suite.load_tasks(root, split), n)
-    runtime = HarnessRuntime(suite, ScriptedPolicy([junk]), root, RunConfig(max_steps=steps))
-
-    def factory(patch: Patch, candidate_id: str) -> HookSet:
-        return IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=candidate_id)
-
+    canary = build_canary_runner(
+        suite,
+        ScriptedPolicy([junk]),
+        root,
+        RunConfig(max_steps=steps),
+        sandbox=SandboxConfig(call_budget_s=2.0),
+    )
+    runtime = canary.runtime
     [(name, patch)] = reference_patches(env).items()
-    canary = CanaryRunner(runtime, factory, static_validator)
     try:
         report = canary.evaluate(
             CanaryBatch(env, tuple(tasks), tuple(range(n))), [Candidate(name, patch)]

@@ -30,6 +30,7 @@ from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryRunner
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.intake import static_validator
 from harness_r1.trainer.coldstart import (
     DATASET_FILE,
     PACKETS_FILE,
@@ -39,7 +40,6 @@ from harness_r1.trainer.coldstart import (
     build_coldstart,
     coldstart_command,
     judge,
-    static_validator,
 )
 from harness_r1.trainer.coldstart_sources import (
     PacketSource,

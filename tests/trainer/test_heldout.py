@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from harness_r1.contracts import HookCode, Patch
-from harness_r1.daemon.canary_command import static_validator
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
@@ -22,6 +21,7 @@ from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import BaselineCache, CanaryRunner, InfraFailure
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.trainer.coldstart_sources import (
     SourceConfig,
@@ -90,7 +90,7 @@ def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> No
     runner = CanaryRunner(
         run,
         lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
-        static_validator,
+        static_validator(),
         cache=BaselineCache(tmp_path / "baselines"),
     )
     try:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from harness_r1.consumers.packets import build_packet
-from harness_r1.daemon.canary_command import static_validator
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
@@ -17,6 +16,7 @@ from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryRunner
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.trainer.grpo import CanaryReward, canary_rows
 from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
@@ -56,7 +56,7 @@ def test_packet_rows_resolve_to_their_own_batch_and_reward_the_delta(tmp_path: P
         return CanaryRunner(
             runtime(),
             lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
-            static_validator,
+            static_validator(),
         )
 
     packets, resolver = packets_and_resolver(load_packet_rows(path), root, runner_for)

@@ -1,0 +1,44 @@
+"""The one way to assemble a canary: the frozen target's runtime, isolated hook workers for the
+candidates, the intake's static checks and the runner.
+
+Callers differ only in the policy they bring (a daemon's configured target, a command's local
+model, a test's scripted policy) and in how episodes run (`RunConfig`); everything else about
+how a candidate is judged is decided here, once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness_r1.envs.base import EnvSuite
+from harness_r1.harness import HarnessRuntime, RunConfig
+from harness_r1.harness.policies.base import Policy
+from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryRunner, HookSetFactory
+from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
+from harness_r1.sandbox.intake import static_validator
+from harness_r1.sandbox.static import StaticLimits
+
+
+def build_canary_runner(
+    suite: EnvSuite,
+    policy: Policy,
+    data_root: Path,
+    run: RunConfig,
+    *,
+    sandbox: SandboxConfig | None = None,
+    canary: CanaryConfig | None = None,
+    limits: StaticLimits | None = None,
+    cache: BaselineCache | None = None,
+    hooks_factory: HookSetFactory | None = None,
+) -> CanaryRunner:
+    """A canary for `suite` on `policy`: candidates in isolated workers (`sandbox`), checked by
+    the intake under `limits`; `hooks_factory` replaces the isolated workers where a caller
+    brings its own (a test's in-process hooks)."""
+    runtime = HarnessRuntime(suite, policy, data_root, run)
+    return CanaryRunner(
+        runtime,
+        hooks_factory or isolated_hooks_factory(sandbox),
+        static_validator(limits),
+        canary,
+        cache,
+    )
