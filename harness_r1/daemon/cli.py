@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness_r1.daemon.cli_settings import cli_settings, use_root_config
 from harness_r1.daemon.config_commands import config_app
 from harness_r1.daemon.deadletter_commands import deadletter_app
 from harness_r1.daemon.ingest_commands import ingest_app
@@ -38,10 +39,22 @@ app.add_typer(ingest_app, name="ingest")
 console = Console(stderr=True)
 
 
-def _settings():  # type: ignore[no-untyped-def]
-    from harness_r1.daemon.settings import Settings
-
-    return Settings()
+@app.callback()
+def root(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            exists=True,
+            dir_okay=False,
+            help="YAML settings for every command (default: $HARNESS_R1_CONFIG); "
+            "HARNESS_R1_* environment variables override it.",
+        ),
+    ] = None,
+) -> None:
+    """Settings come from --config (here, or on the commands that take one), the
+    environment, then the defaults: `harness-r1 config show` prints what is in effect."""
+    use_root_config(config)
 
 
 @schemas_app.command("export")
@@ -58,7 +71,7 @@ def data_status() -> None:
     """Show which data files are present per env and split."""
     from harness_r1.daemon.data_commands import status_table
 
-    console.print(status_table(_settings().data_root()))
+    console.print(status_table(cli_settings().data_root()))
 
 
 @data_app.command("fetch")
@@ -71,7 +84,7 @@ def data_fetch(
     """Download the official files for ENV and lay them out as the data root expects."""
     from harness_r1.daemon.data_commands import fetch
 
-    settings = _settings()
+    settings = cli_settings()
     root = dest or settings.data or Path("data")
     fetch(env, root, console)
 
@@ -139,7 +152,7 @@ def engineer_evaluate(
     from harness_r1.trainer.engineer import EngineerSpec
     from harness_r1.trainer.heldout import HeldOutConfig
 
-    settings = _settings()
+    settings = cli_settings()
     request = EngineerEvalRequest(
         runs=list(runs),
         env=env,
@@ -180,7 +193,7 @@ def engineer_propose(
     """Read a packet (JSON, or trajectories JSONL) and print K proposals with their validity."""
     from harness_r1.trainer.propose import proposals_json, propose_command
 
-    settings = _settings()
+    settings = cli_settings()
     if backend == "template":
         from harness_r1.trainer.propose import load_packet
         from harness_r1.trainer.teacher import TemplateTeacher
@@ -221,7 +234,7 @@ def eval_command(
     """Run the frozen target on real tasks under the base harness and report success rates."""
     from harness_r1.daemon.eval_command import EvalRequest, run_eval
 
-    settings = _settings()
+    settings = cli_settings()
     request = EvalRequest(
         env=env,
         split=split,
@@ -287,7 +300,7 @@ def canary_command(
         allow_unisolated=allow_unisolated,
         control=control,
         out=out,
-        cache_dir=_settings().cache,
+        cache_dir=cli_settings().cache,
         prefix_cache=prefix_cache,
         gate=GateConfig(
             min_batch_tasks=min_batch,
@@ -296,7 +309,7 @@ def canary_command(
             method=method,  # type: ignore[arg-type]  # validated by GateConfig
         ),
     )
-    report, guard, decisions = run_canary(request, _settings().data_root(), console)
+    report, guard, decisions = run_canary(request, cli_settings().data_root(), console)
     Console(width=200).print(canary_table(report, guard, decisions))
 
 
@@ -325,7 +338,7 @@ def demo(
     if not reference:
         from harness_r1.daemon.demo import DemoOptions, run_demo
 
-        settings = _settings()
+        settings = cli_settings()
         options = DemoOptions(
             env=env,
             split=split,
@@ -340,7 +353,7 @@ def demo(
     from harness_r1.sandbox.gate import GateConfig
     from harness_r1.sandbox.patchfile import REFERENCE_DIR
 
-    settings = _settings()
+    settings = cli_settings()
     root = settings.data_root()
     patches = {
         "alfworld": "alfworld_explorer",
@@ -385,10 +398,9 @@ def run_daemon(
 
     SIGTERM or Ctrl-C drains in-flight work and exits."""
     from harness_r1.daemon.observability import configure_logging
-    from harness_r1.daemon.settings import load_settings
     from harness_r1.daemon.wiring import build_daemon
 
-    settings = load_settings(config)
+    settings = cli_settings(config)
     configure_logging(settings.metrics.log_format, settings.metrics.log_level)
     built = build_daemon(settings)
     built.health.start()

@@ -33,10 +33,11 @@ def config_show(
     ] = None,
 ) -> None:
     """Print the effective settings as JSON; exit 2 naming each bad value and where to fix it."""
-    from harness_r1.daemon.settings import SettingsError, load_settings
+    from harness_r1.daemon.cli_settings import cli_settings
+    from harness_r1.daemon.settings import SettingsError
 
     try:
-        settings = load_settings(config)
+        settings = cli_settings(config)
     except SettingsError as err:
         typer.echo(err.message, err=True)
         raise typer.Exit(2) from err

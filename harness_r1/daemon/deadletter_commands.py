@@ -60,10 +60,10 @@ def _view(record_offset: int, partition: int, headers: dict[str, str], size: int
 
 def _read_all(config: Path | None) -> list[tuple[Record, DeadLetterView]]:
     from harness_r1.consumers.kafka import BroadcastReader
+    from harness_r1.daemon.cli_settings import cli_settings
     from harness_r1.daemon.deadletter import original_record_parts
-    from harness_r1.daemon.settings import load_settings
 
-    settings = load_settings(config)
+    settings = cli_settings(config)
     kafka = settings.kafka_client("harness-r1-cli")
     out: list[tuple[Record, DeadLetterView]] = []
     with BroadcastReader(kafka, [settings.kafka.dead_letter_topic]) as reader:
@@ -118,8 +118,8 @@ def deadletter_redrive(
 
     Example: harness-r1 deadletter redrive --reason unsupported_version"""
     from harness_r1.consumers.kafka import make_producer, publish
+    from harness_r1.daemon.cli_settings import cli_settings
     from harness_r1.daemon.deadletter import original_record_parts
-    from harness_r1.daemon.settings import load_settings
 
     if not ids and reason is None:
         raise typer.BadParameter("name dead letter ids, or --reason CODE")
@@ -148,7 +148,7 @@ def deadletter_redrive(
         for _, view in chosen:
             typer.echo(f"would re-drive {view.dead_letter_id} to {view.source}")
         return
-    settings = load_settings(config)
+    settings = cli_settings(config)
     producer = make_producer(settings.kafka_client("harness-r1-cli"))
     try:
         for record, view in chosen:

@@ -39,12 +39,12 @@ def ingest_skip(
     Example: harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"
     """
     from harness_r1.consumers.kafka import ensure_topics, make_producer, partition_end, publish
-    from harness_r1.daemon.settings import load_settings
+    from harness_r1.daemon.cli_settings import cli_settings
     from harness_r1.deploy.publisher import Publisher, PublisherConfig
     from harness_r1.deploy.registry import OverlayRegistry
     from harness_r1.deploy.signing import Signer
 
-    settings = load_settings(config)
+    settings = cli_settings(config)
     kafka = settings.kafka_client("harness-r1-cli")
     topic = topic or settings.trajectory_topic
     if topic != settings.trajectory_topic:

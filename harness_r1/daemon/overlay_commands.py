@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness_r1.daemon.cli_settings import cli_settings
+
 overlay_app = typer.Typer(no_args_is_help=True, help="Overlays: inspect, release, take back.")
 keys_app = typer.Typer(no_args_is_help=True, help="Ed25519 signing keys.")
 # Piped output is not cut to 80 columns: ids must survive `| grep`, `| awk` and `> file`.
@@ -27,16 +29,10 @@ Actor = Annotated[str, typer.Option(help="Who acts (recorded in the registry and
 Reason = Annotated[str, typer.Option(help="Why (recorded in the registry and the message).")]
 
 
-def _settings():  # type: ignore[no-untyped-def]
-    from harness_r1.daemon.settings import Settings
-
-    return Settings()
-
-
 def _registry():  # type: ignore[no-untyped-def]
     from harness_r1.deploy.registry import OverlayRegistry
 
-    return OverlayRegistry(_settings().registry_url())
+    return OverlayRegistry(cli_settings().registry_url())
 
 
 def _default_actor() -> str:
@@ -127,7 +123,7 @@ def _publisher():  # type: ignore[no-untyped-def]
     from harness_r1.deploy.publisher import Publisher, PublisherConfig
     from harness_r1.deploy.signing import Signer
 
-    settings = _settings()
+    settings = cli_settings()
     kafka = settings.kafka_client("harness-r1-cli")
     ensure_topics(kafka, [settings.release_topic, settings.control_topic])
     producer = make_producer(kafka)

@@ -7,13 +7,9 @@ from typing import Annotated
 
 import typer
 
+from harness_r1.daemon.cli_settings import cli_settings
+
 train_app = typer.Typer(no_args_is_help=True, help="Train the harness engineer (SFT, GRPO).")
-
-
-def _settings():  # type: ignore[no-untyped-def]
-    from harness_r1.daemon.settings import Settings
-
-    return Settings()
 
 
 @train_app.command("coldstart")
@@ -45,7 +41,7 @@ def coldstart(
     from harness_r1.trainer.coldstart import coldstart_command
     from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
 
-    settings = _settings()
+    settings = cli_settings()
     stats = coldstart_command(
         runs,
         env,
@@ -95,7 +91,7 @@ def sft(
         threads=threads,
         max_length=max_length,
     )
-    result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=_settings().cache)
+    result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=cli_settings().cache)
     typer.echo(f"published {result.version_dir}")
 
 
@@ -152,7 +148,7 @@ def grpo(
 
     if (replay is None) == (packets is None):
         raise SystemExit("give exactly one of --replay FILE or --packets FILE")
-    settings = _settings()
+    settings = cli_settings()
     if replay is not None:
         from harness_r1.trainer.grpo import load_replay_groups, train_grpo_replay
 
@@ -221,7 +217,7 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     from harness_r1.trainer.grpo import CanaryReward, GrpoSettings, canary_rows, train_grpo_online
     from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
 
-    settings = _settings()
+    settings = cli_settings()
     root = settings.data_root()
     policy = build_policy(
         PolicySpec(

@@ -72,3 +72,19 @@ def test_a_missing_file_exits_2() -> None:
     result = runner.invoke(config_app, ["show", "--config", "/nonexistent/daemon.yaml"])
     assert result.exit_code == 2
     assert "cannot read config file /nonexistent/daemon.yaml" in result.stderr
+
+
+def test_the_root_config_reaches_every_command_and_a_commands_own_wins(tmp_path: Path) -> None:
+    from harness_r1.daemon.cli import app
+
+    root = tmp_path / "root.yaml"
+    root.write_text("loop:\n  batch_size: 3\n", encoding="utf-8")
+    own = tmp_path / "own.yaml"
+    own.write_text("loop:\n  batch_size: 5\n", encoding="utf-8")
+    shown = runner.invoke(app, ["--config", str(root), "config", "show"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["loop"]["batch_size"] == 3
+    both = runner.invoke(app, ["--config", str(root), "config", "show", "--config", str(own)])
+    assert json.loads(both.stdout)["loop"]["batch_size"] == 5
+    plain = runner.invoke(app, ["config", "show"])  # the next invocation starts clean
+    assert json.loads(plain.stdout)["loop"]["batch_size"] == 8
