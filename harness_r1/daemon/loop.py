@@ -37,16 +37,16 @@ from harness_r1.consumers.packets import PacketConfig, build_packet
 from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
 from harness_r1.daemon.proposers import Proposer
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
-from harness_r1.deploy.cohort import fraction_reaching_one
 from harness_r1.deploy.guard import GuardConfig, GuardDecision, Verdict, judge
 from harness_r1.deploy.guard_loop import enact
+from harness_r1.deploy.promotion import Promoter, Promotion
 from harness_r1.deploy.publisher import Publisher
-from harness_r1.deploy.registry import OverlayRecord, OverlayRegistry, OverlayState
+from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.envs import get_suite
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.gate import GateConfig, GateDecision
-from harness_r1.sandbox.gated import Evaluator, GatedReport, run_gated
+from harness_r1.sandbox.gated import Evaluator, GatedReport, best_promoted, run_gated
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.grpo import ReplayGroup
 from harness_r1.trainer.propose import Proposal, classify
@@ -145,6 +145,13 @@ class ImprovementLoop:
         self.publisher = publisher
         self.metrics = metrics or LoopMetricsSink()
         self._on_event = on_event
+        self.promoter = Promoter(
+            registry,
+            publisher,
+            self.config.release_target,
+            self.config.rollout_fraction,
+            DAEMON_ACTOR,
+        )
 
     def swap_proposer(self, proposer: Proposer) -> None:
         """Use `proposer` for the batches that start from now on (a new engineer version after
@@ -311,57 +318,25 @@ class ImprovementLoop:
         proposals: Sequence[Proposal],
         gated: GatedReport,
     ) -> tuple[str | None, str | None]:
-        """Register the best candidate the gate promotes, and release it to a canary cohort
-        that holds at least one known agent and leaves at least one out (on a small fleet the
-        configured fraction can reach nobody, and a canary nobody runs measures nothing).
-        Returns (overlay id, winning candidate id), both None when nothing was promoted."""
-        results = {r.candidate_id: r for r in gated.report.candidates}
-        winners = [
-            (results[cid].delta_success or 0.0, cid)
-            for cid, decision in gated.decisions.items()
-            if decision.promote
-        ]
-        if not winners:
+        """The best candidate the gate promotes, handed to the release policy
+        (`deploy.promotion`). Returns (overlay id, winning candidate id), both None when
+        nothing was promoted."""
+        best = best_promoted(gated)
+        if best is None:
             return None, None
-        delta, cid = max(winners)
-        index = int(cid.rsplit("-c", 1)[1])
-        patch = proposals[index].patch
+        cid, delta = best
+        patches = {_cid(batch_id, i): p.patch for i, p in enumerate(proposals)}
+        patch = patches[cid]
         assert patch is not None  # the gate promotes evaluated candidates only
-        target = self.config.release_target
-        record = self._overlay_of(batch_id, target)  # a retried batch reuses its overlay
-        if record is None:
-            parent = self.registry.active(target)
-            record = self.registry.add(
-                patch,
-                target,
-                packet_id=packet.packet_id,
-                group_id=batch_id,
-                parent_overlay_id=parent.overlay_id if parent else None,
-                evidence=_evidence(gated, cid, delta),
-                actor=DAEMON_ACTOR,
-            )
-        if record.state is not OverlayState.CANDIDATE:
-            return record.overlay_id, cid  # released by an earlier attempt
-        if self.publisher is None:
-            log.warning("promoted_not_released_no_signing_key", overlay_id=record.overlay_id)
-            return record.overlay_id, cid
-        if self.registry.list(target=target, state=OverlayState.CANARY):
-            # One staged release at a time: a second cohort would eat the first one's control
-            # arm. The overlay stays a candidate; an operator (or a later batch) releases it.
-            log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
-            return record.overlay_id, cid
-        agents = self.store.agent_ids()  # the fleet as far as the store knows it (batch included)
-        self.publisher.release(
-            record.overlay_id,
-            fraction=fraction_reaching_one(agents, record.overlay_id, self.config.rollout_fraction),
-            actor=DAEMON_ACTOR,
-            reason=f"gate promoted {cid}: delta {delta:+.3f} on batch {batch_id}",
+        promotion = Promotion(
+            candidate_id=cid,
+            patch=patch,
+            delta=delta,
+            group_id=batch_id,
+            packet_id=packet.packet_id,
+            evidence=_evidence(gated, cid, delta),
         )
-        return record.overlay_id, cid
-
-    def _overlay_of(self, batch_id: str, target: str) -> OverlayRecord | None:
-        found = [r for r in self.registry.list(target=target) if r.group_id == batch_id]
-        return found[0] if found else None
+        return self.promoter.promote(promotion, self.store.agent_ids), cid
 
     def _store_results(
         self,

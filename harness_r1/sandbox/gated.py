@@ -60,3 +60,18 @@ def run_gated(
         guard_pairs = pairs_of(guard_result) if guard_result else None
         decisions[result.candidate_id] = decide(pairs_of(result), guard_pairs, gate)
     return GatedReport(report, guard, decisions)
+
+
+def best_promoted(gated: GatedReport) -> tuple[str, float] | None:
+    """The promoted candidate with the largest batch delta (ties: the larger candidate id, for
+    a stable choice), as (candidate id, delta); None when the gate promoted nothing."""
+    results = {r.candidate_id: r for r in gated.report.candidates}
+    winners = [
+        (results[cid].delta_success or 0.0, cid)
+        for cid, decision in gated.decisions.items()
+        if decision.promote
+    ]
+    if not winners:
+        return None
+    delta, cid = max(winners)
+    return cid, delta
