@@ -38,7 +38,8 @@ class GrpoJobResult:
 
 
 def grpo_update(store: StateStore, config: GrpoJobConfig) -> GrpoJobResult:
-    from harness_r1.trainer.grpo import GrpoSettings, ReplayGroup, train_grpo_replay
+    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_replay
+    from harness_r1.trainer.replay import ReplayGroup
     from harness_r1.trainer.versions import latest_version
 
     rows = store.untrained_groups()

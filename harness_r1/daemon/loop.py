@@ -48,8 +48,8 @@ from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.gate import GateConfig, GateDecision
 from harness_r1.sandbox.gated import Evaluator, GatedReport, best_promoted, run_gated
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.grpo import ReplayGroup
 from harness_r1.trainer.propose import Proposal, classify
+from harness_r1.trainer.replay import ReplayGroup
 from harness_r1.trainer.shaping import InvalidRewardShape
 
 log = structlog.get_logger(__name__)

@@ -150,7 +150,8 @@ def grpo(
         raise SystemExit("give exactly one of --replay FILE or --packets FILE")
     settings = cli_settings()
     if replay is not None:
-        from harness_r1.trainer.grpo import load_replay_groups, train_grpo_replay
+        from harness_r1.trainer.grpo import train_grpo_replay
+        from harness_r1.trainer.replay import load_replay_groups
 
         groups = load_replay_groups(replay)
         if not groups:
@@ -214,7 +215,8 @@ def _grpo_online(  # type: ignore[no-untyped-def]
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
     from harness_r1.sandbox.canary import CanaryRunner
     from harness_r1.sandbox.canary_factory import build_canary_runner
-    from harness_r1.trainer.grpo import CanaryReward, GrpoSettings, canary_rows, train_grpo_online
+    from harness_r1.trainer.canary_reward import CanaryReward, canary_rows
+    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_online
     from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
 
     settings = cli_settings()

@@ -8,7 +8,8 @@ one packet form a group; advantages are normalised within the group (TRL's, see
 `num_iterations >= 2`: each generated batch is optimised twice or more, so the ratio to the
 sampling policy moves away from 1 and the clip acts (with 1 it never does).
 
-Two ways in:
+Two ways in (the reward and the replay format live beside this module: `trainer.canary_reward`,
+`trainer.replay`):
 - online (`train_grpo_online`): TRL samples K completions per prompt row; `CanaryReward` parses
   each one (invalid -> the configured reward, 0.0 by default, without running anything) and runs
   the valid ones of a packet together on that packet's batch through the caller's
@@ -31,21 +32,17 @@ interrupted run from its last checkpoint.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
-from harness_r1.contracts import CanaryReport, FailurePacket
-from harness_r1.sandbox.canary import CanaryBatch, Candidate
-from harness_r1.sandbox.static import StaticLimits
-from harness_r1.trainer.engineer import EngineerSample
+from harness_r1.trainer.canary_reward import describe_reward, reward_counts
 from harness_r1.trainer.errors import TrainingError
 from harness_r1.trainer.model_io import (
     LLAMA_LORA_TARGETS,
@@ -54,8 +51,7 @@ from harness_r1.trainer.model_io import (
     require_training_stack,
     resolve_base,
 )
-from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
-from harness_r1.trainer.propose import classify
+from harness_r1.trainer.replay import ReplayGroup, ReplayRollout, replay_key, replay_reward
 from harness_r1.trainer.runs import (
     check_common,
     finish_run,
@@ -66,7 +62,6 @@ from harness_r1.trainer.runs import (
     save_adapter,
     select_run_dir,
 )
-from harness_r1.trainer.shaping import InvalidRewardShape
 from harness_r1.trainer.versions import TrainResult, publish_version
 
 log = structlog.get_logger(__name__)
@@ -74,7 +69,6 @@ log = structlog.get_logger(__name__)
 #: TRL 1.16's loss types of the clipped family (`epsilon`/`epsilon_high` act on them).
 CLIPPED_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")
 SCALE_REWARDS = ("group", "batch", "none")
-REPLAY_PREFIX = "replay:"
 
 RewardFunc = Callable[..., list[float | None]]
 
@@ -208,370 +202,7 @@ def group_advantages(
 # -- online: the canary as the reward function ----------------------------------------------
 
 
-class CanaryEvaluator(Protocol):
-    """What the reward needs of a runner (`sandbox.canary.CanaryRunner` is one)."""
-
-    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport: ...
-
-
-class PacketBatchResolver(Protocol):
-    """Finds the canary batch a packet's patches are judged on, and the runner to judge them:
-    the packet's tasks with the seeds they ran with, and a runner for the frozen target.
-    Unknown packet ids raise LookupError (a wiring error, never turned into a reward)."""
-
-    def resolve(self, packet_id: str) -> tuple[CanaryBatch, CanaryEvaluator]: ...
-
-
-@dataclass
-class MappingResolver:
-    """A PacketBatchResolver over a dict: packet_id -> (batch, runner)."""
-
-    batches: Mapping[str, tuple[CanaryBatch, CanaryEvaluator]]
-
-    def resolve(self, packet_id: str) -> tuple[CanaryBatch, CanaryEvaluator]:
-        try:
-            return self.batches[packet_id]
-        except KeyError:
-            raise LookupError(f"no canary batch for packet {packet_id!r}") from None
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a TRL completion: a string, or a list of messages (the last one's content)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content", "")
-        return content if isinstance(content, str) else ""
-    return ""
-
-
-def _per_row(kw: Mapping[str, Any], key: str, n: int) -> list[Any]:
-    value = kw.get(key)
-    if value is None:
-        return [None] * n
-    if isinstance(value, list | tuple):
-        if len(value) != n:
-            raise ValueError(f"column {key!r} has {len(value)} values for {n} completions")
-        return list(value)
-    return [value] * n
-
-
-class CanaryReward:
-    """TRL reward function (`f(prompts, completions, **kw) -> list[float | None]`): the canary
-    delta of each completion's patch on its packet's batch.
-
-    Needs the dataset columns `packet_id` and `env` (see `canary_rows`). Per call: every
-    completion is parsed and statically checked (`trainer.propose.classify`); an invalid one
-    gets `invalid_reward` and never reaches a runner. The valid ones of one packet are judged
-    together, in one `evaluate` call on its batch (one shared baseline). Result per candidate:
-    `evaluated` -> its delta (`metric`: "delta_success", the paper's reward, or
-    "delta_mean_reward"); `invalid` (the runner's validator refused it) -> `invalid_reward`;
-    with `graded`, invalid rewards are graded by stage and hook faults cost a little
-    (`trainer.shaping`);
-    `infra_error`, or an exception from the runner -> None (TRL skips it). `counts` keeps the
-    tallies; `rewards` every reward returned.
-    """
-
-    __name__ = "canary_reward"
-
-    def __init__(
-        self,
-        resolver: PacketBatchResolver,
-        *,
-        invalid_reward: float = 0.0,
-        metric: str = "delta_success",
-        limits: StaticLimits | None = None,
-        graded: bool = False,
-    ) -> None:
-        if metric not in ("delta_success", "delta_mean_reward"):
-            raise ValueError("metric must be delta_success or delta_mean_reward")
-        self.resolver = resolver
-        self.shape = InvalidRewardShape(float(invalid_reward), graded=graded)
-        self.metric = metric
-        self.limits = limits
-        self.counts: Counter[str] = Counter()
-        self.rewards: list[float | None] = []
-        self.packets: Counter[str] = Counter()
-
-    def describe(self) -> dict[str, Any]:
-        """What this reward is (kept in the version's metadata and its run identity): two
-        versions trained with different rewards must not be mistaken for one another."""
-        return {
-            "name": self.__name__,
-            "metric": self.metric,
-            "invalid_reward": self.shape.invalid_reward,
-            "graded": self.shape.graded,
-        }
-
-    def __call__(
-        self, prompts: Sequence[Any], completions: Sequence[Any], **kw: Any
-    ) -> list[float | None]:
-        n = len(completions)
-        packet_ids = _per_row(kw, "packet_id", n)
-        if any(p is None for p in packet_ids):
-            raise ValueError("canary_reward needs a packet_id column (see canary_rows)")
-        envs = _per_row(kw, "env", n)
-        rewards: list[float | None] = [None] * n
-        invalid = 0
-        valid: dict[str, list[tuple[int, Candidate]]] = {}
-        resolved: dict[str, tuple[CanaryBatch, CanaryEvaluator]] = {}
-        for i, completion in enumerate(completions):
-            packet_id = str(packet_ids[i])
-            env = envs[i]
-            if env is None:  # no env column: the batch knows it
-                if packet_id not in resolved:
-                    resolved[packet_id] = self.resolver.resolve(packet_id)
-                env = resolved[packet_id][0].env
-            sample = EngineerSample(text=completion_text(completion))
-            proposal = classify(sample, str(env), i, self.limits)
-            if not proposal.valid or proposal.patch is None:
-                rewards[i] = self.shape.rejected(proposal.stage, proposal.reason)
-                self.counts[f"invalid:{proposal.stage}"] += 1
-                invalid += 1
-                continue
-            valid.setdefault(packet_id, []).append((i, Candidate(f"c{i}", proposal.patch)))
-        for packet_id, items in valid.items():
-            self.packets[packet_id] += 1
-            if packet_id not in resolved:
-                resolved[packet_id] = self.resolver.resolve(packet_id)
-            batch, runner = resolved[packet_id]
-            try:
-                report = runner.evaluate(batch, [c for _, c in items])
-            except Exception as err:  # noqa: BLE001 - infrastructure: no reward, never a crash
-                log.warning(
-                    "canary failed; no reward for these completions",
-                    packet_id=packet_id,
-                    error=f"{type(err).__name__}: {err}",
-                )
-                self.counts["infra_error"] += len(items)
-                continue
-            by_id = {r.candidate_id: r for r in report.candidates}
-            for i, candidate in items:
-                result = by_id.get(candidate.candidate_id)
-                self.counts["infra_error" if result is None else result.status] += 1
-                if result is not None:
-                    rewards[i] = self.shape.of_result(result, self.metric)
-        self.rewards.extend(rewards)
-        log_metric = kw.get("log_metric")
-        if callable(log_metric) and n:
-            log_metric("canary/valid_fraction", 1.0 - invalid / n)
-        return rewards
-
-
-def describe_reward(reward: Any) -> dict[str, Any]:
-    """A reward function's own description (`describe()`, as CanaryReward has), else its name."""
-    describe = getattr(reward, "describe", None)
-    if callable(describe):
-        return dict(describe())
-    return {"name": getattr(reward, "__name__", type(reward).__name__)}
-
-
-def reward_counts(reward: Any) -> dict[str, int]:
-    """A reward function's tallies (CanaryReward.counts), {} for one without a mapping of
-    them: this runs after training, where an odd attribute must not lose the version."""
-    counts = getattr(reward, "counts", None)
-    if not isinstance(counts, Mapping):
-        return {}
-    return {str(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: str(kv[0]))}
-
-
-def canary_rows(
-    packets: Sequence[FailurePacket],
-    examples: Sequence[PromptExample] | None = None,
-    config: PromptConfig | None = None,
-) -> list[dict[str, Any]]:
-    """The online GRPO dataset: one row per packet, the engineer's prompt (messages) plus the
-    columns `CanaryReward` needs."""
-    return [
-        {
-            "prompt": engineer_messages(packet, examples, config),
-            "packet_id": packet.packet_id,
-            "env": packet.env,
-        }
-        for packet in packets
-    ]
-
-
 # -- replay: stored groups through rollout_func ---------------------------------------------
-
-
-def _ids(values: Sequence[Any], what: str) -> tuple[int, ...]:
-    ids = tuple(int(v) for v in values)
-    if not ids:
-        raise ValueError(f"{what} is empty")
-    return ids
-
-
-@dataclass(frozen=True)
-class ReplayGroup:
-    """K completions the daemon sampled for one prompt and the rewards the canary gave them.
-
-    prompt_ids: the prompt's token ids as the engineer saw them (chat template applied).
-    completion_ids: per completion, the sampled ids (through the stop token, if sampled).
-    rewards: per completion; None for an infrastructure failure (no learning signal).
-    prompt: the prompt messages (provenance only: training uses `prompt_ids`).
-    """
-
-    group_id: str
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[tuple[int, ...], ...]
-    rewards: tuple[float | None, ...]
-    packet_id: str | None = None
-    prompt: tuple[Mapping[str, str], ...] | None = None
-    engineer_version: str | None = None
-    meta: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.group_id:
-            raise ValueError("a replay group needs a group_id")
-        object.__setattr__(self, "prompt_ids", _ids(self.prompt_ids, "prompt_ids"))
-        completions = tuple(
-            _ids(c, f"completion {i} of group {self.group_id}")
-            for i, c in enumerate(self.completion_ids)
-        )
-        object.__setattr__(self, "completion_ids", completions)
-        rewards = tuple(None if r is None else float(r) for r in self.rewards)
-        object.__setattr__(self, "rewards", rewards)
-        if len(completions) < 2:
-            raise ValueError(f"group {self.group_id}: a group needs >= 2 completions")
-        if len(rewards) != len(completions):
-            raise ValueError(
-                f"group {self.group_id}: {len(rewards)} rewards for {len(completions)} completions"
-            )
-
-    @property
-    def k(self) -> int:
-        return len(self.completion_ids)
-
-    @classmethod
-    def from_samples(
-        cls,
-        group_id: str,
-        samples: Sequence[EngineerSample],
-        rewards: Sequence[float | None],
-        **kw: Any,
-    ) -> ReplayGroup:
-        """From the engineer's samples (their exact ids) and the canary's rewards."""
-        prompts = {tuple(s.prompt_ids or ()) for s in samples}
-        if len(prompts) != 1 or () in prompts:
-            raise ValueError(
-                f"group {group_id}: every sample needs the same, known prompt_ids (a backend "
-                "that reports token ids: the transformers engineer, or vLLM with token ids)"
-            )
-        if any(s.completion_ids is None for s in samples):
-            raise ValueError(
-                f"group {group_id}: a sample has no completion_ids; replay trains on the exact "
-                "sampled ids and will not re-tokenise text"
-            )
-        return cls(
-            group_id=group_id,
-            prompt_ids=next(iter(prompts)),
-            completion_ids=tuple(tuple(s.completion_ids or ()) for s in samples),
-            rewards=tuple(rewards),
-            **kw,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "group_id": self.group_id,
-            "packet_id": self.packet_id,
-            "engineer_version": self.engineer_version,
-            "prompt": None if self.prompt is None else [dict(m) for m in self.prompt],
-            "prompt_ids": list(self.prompt_ids),
-            "completion_ids": [list(c) for c in self.completion_ids],
-            "rewards": list(self.rewards),
-            "meta": dict(self.meta),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReplayGroup:
-        prompt = data.get("prompt")
-        return cls(
-            group_id=str(data["group_id"]),
-            prompt_ids=tuple(data["prompt_ids"]),
-            completion_ids=tuple(tuple(c) for c in data["completion_ids"]),
-            rewards=tuple(data["rewards"]),
-            packet_id=data.get("packet_id"),
-            prompt=None if prompt is None else tuple(prompt),
-            engineer_version=data.get("engineer_version"),
-            meta=dict(data.get("meta") or {}),
-        )
-
-
-def save_replay_groups(path: Path, groups: Sequence[ReplayGroup]) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(g.to_dict()) + "\n" for g in groups))
-    tmp.replace(path)
-
-
-def load_replay_groups(path: Path) -> list[ReplayGroup]:
-    groups = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                groups.append(ReplayGroup.from_dict(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as err:
-                raise TrainingError(f"{path}:{number}: not a replay group ({err})") from None
-    return groups
-
-
-def replay_key(group_id: str) -> str:
-    return REPLAY_PREFIX + group_id
-
-
-class ReplayRollout:
-    """TRL `rollout_func(prompts, trainer) -> dict`: answers each replay key with its stored
-    group. TRL hands it the generation batch's prompts, each group's key repeated K times in a
-    row (its RepeatSampler); the j-th occurrence of a key gets completion j. Returns
-    `prompt_ids`, `completion_ids` (the stored ids), `logprobs` None, and the extra fields
-    `replay_reward` / `replay_index` that TRL forwards to the reward function. `served` lists
-    (group_id, j) in the order served."""
-
-    def __init__(self, groups: Sequence[ReplayGroup]) -> None:
-        by_key: dict[str, ReplayGroup] = {}
-        for group in groups:
-            key = replay_key(group.group_id)
-            if key in by_key:
-                raise ValueError(f"duplicate replay group id {group.group_id!r}")
-            by_key[key] = group
-        self.groups = by_key
-        self.served: list[tuple[str, int]] = []
-
-    def __call__(self, prompts: Sequence[Any], trainer: Any = None) -> dict[str, Any]:
-        seen: Counter[str] = Counter()
-        prompt_ids: list[list[int]] = []
-        completion_ids: list[list[int]] = []
-        rewards: list[float | None] = []
-        indices: list[int] = []
-        for prompt in prompts:
-            if not isinstance(prompt, str) or prompt not in self.groups:
-                raise TrainingError(f"replay rollout got an unknown prompt key: {prompt!r:.80}")
-            group = self.groups[prompt]
-            j = seen[prompt] % group.k
-            seen[prompt] += 1
-            prompt_ids.append(list(group.prompt_ids))
-            completion_ids.append(list(group.completion_ids[j]))
-            rewards.append(group.rewards[j])
-            indices.append(j)
-            self.served.append((group.group_id, j))
-        return {
-            "prompt_ids": prompt_ids,
-            "completion_ids": completion_ids,
-            "logprobs": None,
-            "replay_reward": rewards,
-            "replay_index": indices,
-        }
-
-
-def replay_reward(
-    prompts: Sequence[Any], completions: Sequence[Any], **kw: Any
-) -> list[float | None]:
-    """TRL reward function of replay: the stored rewards the rollout function passed along."""
-    rewards = kw.get("replay_reward")
-    if rewards is None or len(rewards) != len(completions):
-        raise TrainingError("replay_reward needs the replay_reward field of ReplayRollout")
-    return [None if r is None else float(r) for r in rewards]
 
 
 # -- the trainer ----------------------------------------------------------------------------
@@ -840,19 +471,10 @@ def train_grpo_replay(
 
 
 __all__ = [
-    "CanaryEvaluator",
-    "CanaryReward",
     "GrpoSettings",
-    "MappingResolver",
-    "PacketBatchResolver",
-    "ReplayGroup",
-    "ReplayRollout",
-    "canary_rows",
+    "grpo_config",
     "group_advantages",
-    "load_replay_groups",
-    "replay_reward",
     "replay_steps",
-    "save_replay_groups",
     "train_grpo_online",
     "train_grpo_replay",
 ]

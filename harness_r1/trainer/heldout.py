@@ -35,9 +35,9 @@ from typing import Any
 import structlog
 
 from harness_r1.sandbox.canary import Candidate
+from harness_r1.sandbox.gated import Evaluator
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
-from harness_r1.trainer.grpo import CanaryEvaluator
 from harness_r1.trainer.propose import propose_patches
 
 log = structlog.get_logger(__name__)
@@ -153,7 +153,7 @@ def score_packet(
     index: int,
     source: PacketSource,
     engineer: EngineerBackend,
-    runner: CanaryEvaluator,
+    runner: Evaluator,
     config: HeldOutConfig,
 ) -> PacketScore:
     score = PacketScore(packet_id=source.packet.packet_id, tasks=len(source.tasks))
@@ -216,7 +216,7 @@ def score_packet(
 def evaluate_engineer(
     sources: Sequence[PacketSource],
     engineer: EngineerBackend,
-    runner_for: Callable[[str], CanaryEvaluator],
+    runner_for: Callable[[str], Evaluator],
     config: HeldOutConfig | None = None,
     on_packet: Callable[[PacketScore], None] | None = None,
 ) -> HeldOutReport:

@@ -18,7 +18,8 @@ from typing import Any
 from harness_r1.contracts import FailurePacket, TaskSpec
 from harness_r1.envs import get_suite
 from harness_r1.sandbox.canary import CanaryBatch
-from harness_r1.trainer.grpo import CanaryEvaluator, MappingResolver
+from harness_r1.sandbox.gated import Evaluator
+from harness_r1.trainer.canary_reward import MappingResolver
 
 
 def load_packet_rows(path: Path) -> list[dict[str, Any]]:
@@ -40,7 +41,7 @@ def load_packet_rows(path: Path) -> list[dict[str, Any]]:
 def packets_and_resolver(
     rows: Sequence[dict[str, Any]],
     data_root: Path,
-    runner_for: Callable[[str], CanaryEvaluator],
+    runner_for: Callable[[str], Evaluator],
 ) -> tuple[list[FailurePacket], MappingResolver]:
     """The packets (for the prompts) and a resolver over their batches."""
     tasks: dict[tuple[str, str], dict[str, TaskSpec]] = {}

@@ -30,24 +30,28 @@ from harness_r1.contracts import (
     TaskSpec,
 )
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.trainer.canary_reward import (
+    CanaryReward,
+    MappingResolver,
+    describe_reward,
+    reward_counts,
+)
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.errors import TrainingError
 from harness_r1.trainer.grpo import (
-    CanaryReward,
     GrpoSettings,
-    MappingResolver,
-    ReplayGroup,
-    ReplayRollout,
-    describe_reward,
     group_advantages,
-    load_replay_groups,
-    replay_key,
-    reward_counts,
-    save_replay_groups,
     train_grpo_online,
     train_grpo_replay,
 )
 from harness_r1.trainer.prompt import render_completion
+from harness_r1.trainer.replay import (
+    ReplayGroup,
+    ReplayRollout,
+    load_replay_groups,
+    replay_key,
+    save_replay_groups,
+)
 from harness_r1.trainer.sft import SftSettings, train_sft
 from harness_r1.trainer.versions import list_versions, publish_version, read_metadata
 
