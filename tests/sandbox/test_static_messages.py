@@ -532,6 +532,15 @@ def test_helper_limit_is_inclusive_and_counts_nested_helpers() -> None:
     assert found(in_hook("return 1"), StaticLimits(max_helpers=0)) == []
 
 
+def test_a_second_hook_counts_as_a_helper() -> None:
+    helpers = "".join(f"def h{i}():\n    return {i}\n" for i in range(3))
+    source = helpers + in_hook("return h0()") + in_hook("return h1() + h2()")
+    assert found(source) == [
+        ("too_many_helpers", "4 helper functions besides hook; the limit is 3", None, None),
+        ("duplicate_hook", "`hook` is defined more than once at top level; define it once", 9, 1),
+    ]
+
+
 def test_power_limit_is_inclusive() -> None:
     assert found(in_hook("return 10**9 + (-10)**9 + 31622**2")) == []
     assert found(in_hook("return 31623**2")) == [("literal_bomb", BOMB_POWER, 2, 12)]
@@ -687,6 +696,17 @@ def test_violations_beyond_the_cap_are_cut_per_hook() -> None:
         ("post_feedback", unknown("d")),
     ]
     assert check_patch(patch, StaticLimits(max_violations_per_hook=3)).truncated is False
+
+
+def test_patch_is_checked_with_its_limits() -> None:
+    patch = Patch(
+        env="alfworld", hooks=[HookCode(hook=HookName.PRE_ACTION, code=in_hook("return 'abcd'"))]
+    )
+    report = check_patch(patch, StaticLimits(max_string_literal=3))
+    assert [(v.code, v.message) for v in report.violations] == [
+        (Code.STRING_TOO_LONG, "string literal of 4 characters; the limit is 3")
+    ]
+    assert report.limits["max_string_literal"] == 3
 
 
 def test_good_patch_report_is_ok_with_default_limits() -> None:
