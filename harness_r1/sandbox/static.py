@@ -354,7 +354,6 @@ class _Checker:
         self.hook = hook
         self.limits = limits
         self.violations: list[Violation] = []
-        self._seen: set[tuple[str, str, int | None]] = set()
 
     def add(
         self,
@@ -368,13 +367,21 @@ class _Checker:
         message = MESSAGES[code].format(**fields)
         if node is not None:
             line, col = _where(node)
-        key = (code, message, line)
-        if key in self._seen:  # the same problem twice on one line: report it once
-            return
-        self._seen.add(key)
         self.violations.append(
             Violation(code=code, message=message, hook=self.hook, line=line, col=col)
         )
+
+    def report(self) -> list[Violation]:
+        """The violations by position; the same problem twice on one line is reported once, at
+        its first column (the walk is breadth-first, so the order found is not the order read)."""
+        seen: set[tuple[Code, str, int | None]] = set()
+        unique: list[Violation] = []
+        for violation in sorted(self.violations, key=lambda v: (v.line or 0, v.col or 0)):
+            key = (violation.code, violation.message, violation.line)
+            if key not in seen:
+                seen.add(key)
+                unique.append(violation)
+        return unique
 
     # -- structure -------------------------------------------------------------------------
 
@@ -411,7 +418,7 @@ class _Checker:
         defs = sum(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(tree))
         helpers = defs - min(len(hooks), 1)
         if helpers > self.limits.max_helpers:
-            self.add(Code.TOO_MANY_HELPERS, n=helpers, limit=self.limits.max_helpers)
+            self.add(Code.TOO_MANY_HELPERS, line=1, col=1, n=helpers, limit=self.limits.max_helpers)
 
     # -- names -----------------------------------------------------------------------------
 
@@ -539,7 +546,6 @@ class _Checker:
         """Check every node; returns the longest string literal seen."""
         known = _KNOWN_GLOBALS | self.bound_names(tree)
         longest = 0
-        try_star = getattr(ast, "TryStar", None)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self.add(Code.BANNED_IMPORT, node)
@@ -576,8 +582,8 @@ class _Checker:
                 if node.decorator_list:
                     self.add(Code.BANNED_DECORATOR, node.decorator_list[0])
                 self.name(node.name, node)
-            elif isinstance(node, ast.Try) or (try_star is not None and isinstance(node, try_star)):
-                if try_star is not None and isinstance(node, try_star):
+            elif isinstance(node, ast.Try | ast.TryStar):
+                if isinstance(node, ast.TryStar):
                     self.add(Code.BANNED_TRY_STAR, node)
                 if node.finalbody:
                     self.add(Code.BANNED_FINALLY, node.finalbody[0])
@@ -675,7 +681,9 @@ def check_source(
             warnings.simplefilter("ignore")
             tree = ast.parse(code, mode="exec")
     except SyntaxError as err:
-        checker.add(Code.SYNTAX_ERROR, line=err.lineno, col=err.offset, detail=err.msg)
+        # 1-based like every violation: the parser gives no position for a null byte and
+        # column 0 for an over-long int literal
+        checker.add(Code.SYNTAX_ERROR, line=err.lineno or 1, col=err.offset or 1, detail=err.msg)
         return checker.violations, HookStats(chars=chars, lines=lines)
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
         checker.add(Code.SYNTAX_ERROR, line=1, col=1, detail=f"{type(err).__name__}: {err}"[:200])
@@ -691,7 +699,7 @@ def check_source(
         helpers = max(defs - 1, 0)
     except Exception as err:  # noqa: BLE001 - fail closed, never raise
         checker.add(Code.UNCHECKABLE, line=1, col=1, detail=type(err).__name__)
-    violations = sorted(checker.violations, key=lambda v: (v.line or 0, v.col or 0))
+    violations = checker.report()
     stats = HookStats(
         chars=chars, lines=lines, nodes=nodes, helpers=helpers, longest_string=longest
     )

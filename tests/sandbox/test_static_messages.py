@@ -333,9 +333,18 @@ EXACT: list[tuple[str, str, list[Found]]] = [
         ],
     ),
     (
-        "two_unknown_names_on_one_line_are_two_violations",
-        in_hook("a = foo + bar + foo"),
-        [("unknown_name", unknown("bar"), 2, 15), ("unknown_name", unknown("foo"), 2, 21)],
+        "a_name_twice_on_one_line_once_at_its_first_column",
+        in_hook("a = foo + bar + foo\nb = foo"),
+        [
+            ("unknown_name", unknown("foo"), 2, 9),
+            ("unknown_name", unknown("bar"), 2, 15),
+            ("unknown_name", unknown("foo"), 3, 9),
+        ],
+    ),
+    (
+        "a_bomb_twice_on_one_line_once_at_its_first_column",
+        in_hook("return 10**10 + 2**40 + (-10)**10"),
+        [("literal_bomb", BOMB_POWER, 2, 12)],
     ),
     (
         "attributes_private_banned_and_internal",
@@ -466,6 +475,16 @@ def test_syntax_errors_carry_the_parser_message_and_position() -> None:
     assert found(source) == [("syntax_error", "syntax error: unmatched ')'", 3, 12)]
 
 
+def test_syntax_errors_without_a_position_are_placed_at_the_start_of_their_line() -> None:
+    null_byte = "def hook(ctx, state):\n    return '\x00'\n"
+    assert found(null_byte) == [
+        ("syntax_error", "syntax error: source code string cannot contain null bytes", 1, 1)
+    ]
+    ((code, message, line, col),) = found(in_hook("return " + "1" * 5000))
+    assert (code, line, col) == ("syntax_error", 2, 1)
+    assert message.startswith("syntax error: Exceeds the limit (4300 digits)")
+
+
 def test_parser_crash_is_a_syntax_error_at_the_start() -> None:
     ((code, message, line, col),) = found(in_hook("return " + "-" * 3000 + "1"))
     assert (code, line, col) == ("syntax_error", 1, 1)
@@ -523,10 +542,10 @@ def test_helper_limit_is_inclusive_and_counts_nested_helpers() -> None:
     two = "def a():\n    return 1\n" + in_hook("def b():\n    return 2\nreturn a() + b()")
     assert found(two, StaticLimits(max_helpers=2)) == []
     assert found(two, StaticLimits(max_helpers=1)) == [
-        ("too_many_helpers", "2 helper functions besides hook; the limit is 1", None, None)
+        ("too_many_helpers", "2 helper functions besides hook; the limit is 1", 1, 1)
     ]
     no_hook = "def a():\n    return 1\n"
-    assert ("too_many_helpers", "1 helper functions besides hook; the limit is 0", None, None) in (
+    assert ("too_many_helpers", "1 helper functions besides hook; the limit is 0", 1, 1) in (
         found(no_hook, StaticLimits(max_helpers=0))
     )
     assert found(in_hook("return 1"), StaticLimits(max_helpers=0)) == []
@@ -536,7 +555,7 @@ def test_a_second_hook_counts_as_a_helper() -> None:
     helpers = "".join(f"def h{i}():\n    return {i}\n" for i in range(3))
     source = helpers + in_hook("return h0()") + in_hook("return h1() + h2()")
     assert found(source) == [
-        ("too_many_helpers", "4 helper functions besides hook; the limit is 3", None, None),
+        ("too_many_helpers", "4 helper functions besides hook; the limit is 3", 1, 1),
         ("duplicate_hook", "`hook` is defined more than once at top level; define it once", 9, 1),
     ]
 
