@@ -473,10 +473,16 @@ class _Checker:
     def power_bomb(self, node: ast.BinOp) -> None:
         base = self.literal_int(node.left)
         exponent = self.literal_int(node.right)
-        if base is None or exponent is None or exponent <= 0 or abs(base) <= 1:
+        if base is None or exponent is None:
+            # too deep or too large to fold (`9 ** +++++++++999999999`): too large for a hook,
+            # as for repetitions and ranges
+            too_big = self._is_int_expr(node)
+        elif exponent <= 0 or abs(base) <= 1:
             return
-        digits = exponent * math.log10(abs(base))
-        if digits > math.log10(self.limits.max_power_result):
+        else:
+            digits = exponent * math.log10(abs(base))
+            too_big = digits > math.log10(self.limits.max_power_result)
+        if too_big:
             self.add(
                 Code.LITERAL_BOMB,
                 node,

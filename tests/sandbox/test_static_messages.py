@@ -633,10 +633,20 @@ def test_range_limit_is_inclusive_for_every_argument() -> None:
     ]
 
 
-def test_literal_folding_depth_is_bounded() -> None:
-    # 8 unary operators are folded (2**40 is a bomb); deeper literals are not folded at all
+def test_literal_folding_depth_is_bounded_and_what_is_not_folded_is_too_large() -> None:
+    # 8 unary operators are folded: 2**40 is over the limit, 2**20 is not
     assert found(in_hook("return 2 ** ++++++++40")) == [("literal_bomb", BOMB_POWER, 2, 12)]
-    assert found(in_hook("return 2 ** +++++++++40")) == []
+    assert found(in_hook("return 2 ** ++++++++20")) == []
+    # a literal hidden deeper is not folded, and an unfoldable int-literal power is a bomb
+    for expression in (
+        "9 ** +++++++++999999999",
+        "(+++++++++9) ** 999999999",
+        "9 ** ---------999999999",
+    ):
+        assert found(in_hook(f"return {expression}")) == [("literal_bomb", BOMB_POWER, 2, 12)], (
+            expression
+        )
+    assert found(in_hook("return 2 ** +++++++++ctx['n']")) == []
 
 
 # -- stats and the patch report ------------------------------------------------------------
