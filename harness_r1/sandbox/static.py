@@ -38,7 +38,7 @@ The rules, by code:
   patterns (`case str(__class__=c)`) read attributes too and are checked the same way;
 - `literal_bomb`: a cheap, best-effort catch of literal exponent bombs (`10**10`, `9**9**9`:
   a folded `a ** b` of int literals above `max_power_result`), literal repetition
-  (`'a' * 10**6`, `[0] * 1000000`) and literal ranges (`range(10**9)`) beyond
+  (`'a' * 10**6`, `[0] * 1000000`, `'a' * 1000 * 1000`) and literal ranges (`range(10**9)`) beyond
   `max_literal_count`. Memory and CPU bombs built from values (`'a' * n`, `range(n)`,
   catastrophic regexes, deep recursion) cannot be stopped statically in general: they are
   contained at run time by the worker's rlimits and wall budget;
@@ -490,24 +490,34 @@ class _Checker:
                 limit=f"{self.limits.max_power_result:,}",
             )
 
-    def repeat_bomb(self, node: ast.BinOp) -> None:
-        sequences = (ast.List, ast.Tuple, ast.JoinedStr)
+    def copies(self, node: ast.AST, depth: int = 0) -> int | None:
+        """How many copies of a sequence literal `node` builds (`'ab'` 1, `[0] * 3 * 4` 12;
+        over the limit when a count is too large to fold); None if it is no such repetition."""
+        if isinstance(node, ast.List | ast.Tuple | ast.JoinedStr) or (
+            isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
+        ):
+            return 1
+        if depth > 8 or not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            return None
         for seq, count in ((node.left, node.right), (node.right, node.left)):
-            is_seq = isinstance(seq, sequences) or (
-                isinstance(seq, ast.Constant) and isinstance(seq.value, str | bytes)
-            )
-            if not is_seq:
+            inner = self.copies(seq, depth + 1)
+            if inner is None:
                 continue
             value = self.literal_int(count)
-            too_big = value is None and self._is_int_expr(count)
-            if too_big or (value is not None and value > self.limits.max_literal_count):
-                self.add(
-                    Code.LITERAL_BOMB,
-                    node,
-                    what="this literal repetition",
-                    limit=f"{self.limits.max_literal_count:,}",
-                )
-                return
+            if value is None:
+                return self.limits.max_literal_count + 1 if self._is_int_expr(count) else None
+            return inner * max(value, 0)
+        return None
+
+    def repeat_bomb(self, node: ast.BinOp) -> None:
+        total = self.copies(node)
+        if total is not None and total > self.limits.max_literal_count:
+            self.add(
+                Code.LITERAL_BOMB,
+                node,
+                what="this literal repetition",
+                limit=f"{self.limits.max_literal_count:,}",
+            )
 
     def _is_int_expr(self, node: ast.AST) -> bool:
         """An int-literal expression too large to fold (e.g. 10**10**10)."""

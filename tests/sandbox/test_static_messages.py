@@ -604,6 +604,31 @@ def test_repetition_limit_is_inclusive_on_both_sides() -> None:
     ]
 
 
+def test_nested_repetition_counts_the_copies_it_builds() -> None:
+    assert found(in_hook("return [0] * 100 * 1000 + 10 * ('ab' * 10000) + ['-' * 80] * 2")) == []
+    assert found(in_hook("return [0] * -1000000 * -1")) == []  # an empty list, repeated
+    for expression in (
+        "'a' * 100000 * 100000",
+        "[0] * 1001 * 100",
+        "100 * ('a' * 1001)",
+        "2 * (3 * [0] * 20000)",
+        "('a' * 10) * (10**10**10)",
+    ):
+        violations = found(in_hook(f"return {expression}"))
+        assert violations[0] == ("literal_bomb", BOMB_REPEAT, 2, 12), expression
+    assert found(in_hook("n = 2\nreturn ('a' * n) * 100000 + 'a' * 100000 * n")) == []
+
+
+def test_repetition_counting_is_bounded_to_nine_factors() -> None:
+    # bounded work per node: nine factors are counted, a longer chain only by its parts
+    # (each sub-product is checked on its own; 2**17 copies in 2s slip through)
+    tight = StaticLimits(max_literal_count=500)
+    assert found(in_hook("return [0]" + " * 2" * 9), tight) == [
+        ("literal_bomb", "this literal repetition is too large for a hook (limit 500)", 2, 12)
+    ]
+    assert found(in_hook("return [0]" + " * 2" * 17)) == []
+
+
 def test_repetition_by_values_is_left_to_the_worker() -> None:
     assert (
         found(in_hook("n = 10\nreturn [0] * -1000000 + [0] * n + 2 * 10**6 + [0] * len(ctx)")) == []
