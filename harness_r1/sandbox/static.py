@@ -38,7 +38,7 @@ The rules, by code:
   patterns (`case str(__class__=c)`) read attributes too and are checked the same way;
 - `literal_bomb`: a cheap, best-effort catch of literal exponent bombs (`10**10`, `9**9**9`:
   a folded `a ** b` of int literals above `max_power_result`), literal repetition
-  (`'a' * 10**6`, `[0] * 1000000`) and literal ranges (`range(10**9)`) beyond
+  (`'a' * 10**6`, `[0] * 1000000`, `'a' * 1000 * 1000`) and literal ranges (`range(10**9)`) beyond
   `max_literal_count`. Memory and CPU bombs built from values (`'a' * n`, `range(n)`,
   catastrophic regexes, deep recursion) cannot be stopped statically in general: they are
   contained at run time by the worker's rlimits and wall budget;
@@ -354,7 +354,6 @@ class _Checker:
         self.hook = hook
         self.limits = limits
         self.violations: list[Violation] = []
-        self._seen: set[tuple[str, str, int | None]] = set()
 
     def add(
         self,
@@ -368,13 +367,21 @@ class _Checker:
         message = MESSAGES[code].format(**fields)
         if node is not None:
             line, col = _where(node)
-        key = (code, message, line)
-        if key in self._seen:  # the same problem twice on one line: report it once
-            return
-        self._seen.add(key)
         self.violations.append(
             Violation(code=code, message=message, hook=self.hook, line=line, col=col)
         )
+
+    def report(self) -> list[Violation]:
+        """The violations by position; the same problem twice on one line is reported once, at
+        its first column (the walk is breadth-first, so the order found is not the order read)."""
+        seen: set[tuple[Code, str, int | None]] = set()
+        unique: list[Violation] = []
+        for violation in sorted(self.violations, key=lambda v: (v.line or 0, v.col or 0)):
+            key = (violation.code, violation.message, violation.line)
+            if key not in seen:
+                seen.add(key)
+                unique.append(violation)
+        return unique
 
     # -- structure -------------------------------------------------------------------------
 
@@ -411,7 +418,7 @@ class _Checker:
         defs = sum(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(tree))
         helpers = defs - min(len(hooks), 1)
         if helpers > self.limits.max_helpers:
-            self.add(Code.TOO_MANY_HELPERS, n=helpers, limit=self.limits.max_helpers)
+            self.add(Code.TOO_MANY_HELPERS, line=1, col=1, n=helpers, limit=self.limits.max_helpers)
 
     # -- names -----------------------------------------------------------------------------
 
@@ -466,10 +473,16 @@ class _Checker:
     def power_bomb(self, node: ast.BinOp) -> None:
         base = self.literal_int(node.left)
         exponent = self.literal_int(node.right)
-        if base is None or exponent is None or exponent <= 0 or abs(base) <= 1:
+        if base is None or exponent is None:
+            # too deep or too large to fold (`9 ** +++++++++999999999`): too large for a hook,
+            # as for repetitions and ranges
+            too_big = self._is_int_expr(node)
+        elif exponent <= 0 or abs(base) <= 1:
             return
-        digits = exponent * math.log10(abs(base))
-        if digits > math.log10(self.limits.max_power_result):
+        else:
+            digits = exponent * math.log10(abs(base))
+            too_big = digits > math.log10(self.limits.max_power_result)
+        if too_big:
             self.add(
                 Code.LITERAL_BOMB,
                 node,
@@ -477,24 +490,34 @@ class _Checker:
                 limit=f"{self.limits.max_power_result:,}",
             )
 
-    def repeat_bomb(self, node: ast.BinOp) -> None:
-        sequences = (ast.List, ast.Tuple, ast.JoinedStr)
+    def copies(self, node: ast.AST, depth: int = 0) -> int | None:
+        """How many copies of a sequence literal `node` builds (`'ab'` 1, `[0] * 3 * 4` 12;
+        over the limit when a count is too large to fold); None if it is no such repetition."""
+        if isinstance(node, ast.List | ast.Tuple | ast.JoinedStr) or (
+            isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
+        ):
+            return 1
+        if depth > 8 or not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            return None
         for seq, count in ((node.left, node.right), (node.right, node.left)):
-            is_seq = isinstance(seq, sequences) or (
-                isinstance(seq, ast.Constant) and isinstance(seq.value, str | bytes)
-            )
-            if not is_seq:
+            inner = self.copies(seq, depth + 1)
+            if inner is None:
                 continue
             value = self.literal_int(count)
-            too_big = value is None and self._is_int_expr(count)
-            if too_big or (value is not None and value > self.limits.max_literal_count):
-                self.add(
-                    Code.LITERAL_BOMB,
-                    node,
-                    what="this literal repetition",
-                    limit=f"{self.limits.max_literal_count:,}",
-                )
-                return
+            if value is None:
+                return self.limits.max_literal_count + 1 if self._is_int_expr(count) else None
+            return inner * max(value, 0)
+        return None
+
+    def repeat_bomb(self, node: ast.BinOp) -> None:
+        total = self.copies(node)
+        if total is not None and total > self.limits.max_literal_count:
+            self.add(
+                Code.LITERAL_BOMB,
+                node,
+                what="this literal repetition",
+                limit=f"{self.limits.max_literal_count:,}",
+            )
 
     def _is_int_expr(self, node: ast.AST) -> bool:
         """An int-literal expression too large to fold (e.g. 10**10**10)."""
@@ -539,7 +562,6 @@ class _Checker:
         """Check every node; returns the longest string literal seen."""
         known = _KNOWN_GLOBALS | self.bound_names(tree)
         longest = 0
-        try_star = getattr(ast, "TryStar", None)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self.add(Code.BANNED_IMPORT, node)
@@ -576,8 +598,8 @@ class _Checker:
                 if node.decorator_list:
                     self.add(Code.BANNED_DECORATOR, node.decorator_list[0])
                 self.name(node.name, node)
-            elif isinstance(node, ast.Try) or (try_star is not None and isinstance(node, try_star)):
-                if try_star is not None and isinstance(node, try_star):
+            elif isinstance(node, ast.Try | ast.TryStar):
+                if isinstance(node, ast.TryStar):
                     self.add(Code.BANNED_TRY_STAR, node)
                 if node.finalbody:
                     self.add(Code.BANNED_FINALLY, node.finalbody[0])
@@ -675,7 +697,9 @@ def check_source(
             warnings.simplefilter("ignore")
             tree = ast.parse(code, mode="exec")
     except SyntaxError as err:
-        checker.add(Code.SYNTAX_ERROR, line=err.lineno, col=err.offset, detail=err.msg)
+        # 1-based like every violation: the parser gives no position for a null byte and
+        # column 0 for an over-long int literal
+        checker.add(Code.SYNTAX_ERROR, line=err.lineno or 1, col=err.offset or 1, detail=err.msg)
         return checker.violations, HookStats(chars=chars, lines=lines)
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
         checker.add(Code.SYNTAX_ERROR, line=1, col=1, detail=f"{type(err).__name__}: {err}"[:200])
@@ -691,7 +715,7 @@ def check_source(
         helpers = max(defs - 1, 0)
     except Exception as err:  # noqa: BLE001 - fail closed, never raise
         checker.add(Code.UNCHECKABLE, line=1, col=1, detail=type(err).__name__)
-    violations = sorted(checker.violations, key=lambda v: (v.line or 0, v.col or 0))
+    violations = checker.report()
     stats = HookStats(
         chars=chars, lines=lines, nodes=nodes, helpers=helpers, longest_string=longest
     )

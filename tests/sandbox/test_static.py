@@ -28,8 +28,10 @@ from harness_r1.sandbox.static import (
     BANNED_MODULES,
     BANNED_NAMES,
     Code,
+    HookStats,
     StaticLimits,
     StaticReport,
+    Violation,
     check_patch,
     check_source,
 )
@@ -351,6 +353,13 @@ ALLOWED: list[tuple[str, str]] = [
     ),
     ("match_class", in_hook("match ctx:\n    case {'step': int(n)}:\n        return str(n)")),
     (
+        "match_binds_rest_and_star",
+        in_hook(
+            "match ctx:\n    case {'a': 1, **rest}:\n        return rest\n"
+            "    case [first, *others]:\n        return [first, others]"
+        ),
+    ),
+    (
         "try_named",
         in_hook(
             "try:\n    n = int(ctx['x'])\n"
@@ -539,7 +548,19 @@ def test_checker_failure_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("bug")
 
     monkeypatch.setattr(static._Checker, "walk", boom)
-    assert codes_of(in_hook("return None")) == {"uncheckable"}
+    source = in_hook("return None")
+    violations, stats = check_source(source, "pre_action")
+    assert violations == [
+        Violation(
+            code=Code.UNCHECKABLE,
+            message="the checker could not analyse this hook (RuntimeError); simplify it",
+            hook="pre_action",
+            line=1,
+            col=1,
+        )
+    ]
+    # what was counted before the failure is kept; the rest stays zero
+    assert stats == HookStats(chars=len(source), lines=3, nodes=7)
 
 
 def test_codes_are_unique_strings() -> None:
