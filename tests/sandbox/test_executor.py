@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyseccomp
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
@@ -32,6 +33,7 @@ from harness_r1.sandbox.metrics import SandboxMetrics
 from harness_r1.sandbox.static import check_patch
 
 PRE = HookName.PRE_ACTION
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 NO_EVENTS = {
     "calls": 0,
     "ok": 0,
@@ -89,7 +91,13 @@ def hook(ctx, state):
             "recursion": sys.getrecursionlimit(),
             "flags": [flags.isolated, flags.no_site, flags.dont_write_bytecode],
             "warnoptions": list(sys.warnoptions),
+            "path": sys.path[:2],
         }
+    if do == "environ":
+        fd = os.open("/proc/self/environ", 0)
+        data = os.read(fd, 65536)
+        os.close(fd)
+        return data.decode()
     if do == "forge":
         s = (s.gi_frame.f_back.f_back.f_back.f_back for x in [1])
         serve = next(s)
@@ -414,6 +422,8 @@ def test_a_malformed_response_is_a_fault_and_the_worker_is_replaced(
          {"violations": 1, "violations.escape": 1}),
         ('{"id": 2, "fault": "bogus", "detail": "made up"}\n', "junk", "made up", {"junk": 1}),
         ('{"id": 2, "fault": "timeout"}\n', "timeout", "", {"timeouts": 1}),
+        (json.dumps({"id": 2, "fault": "raised", "detail": "d" * 600}) + "\n", "raised", "d" * 500,
+         {"raised": 1}),
     ],
 )  # fmt: skip
 def test_a_fault_the_worker_reports_is_taken_as_reported_unknown_kinds_as_junk(
@@ -460,6 +470,7 @@ def test_the_configured_limits_reach_the_worker_and_its_interpreter() -> None:
         "recursion": 200,
         "flags": [1, 1, 1],  # python -I -S -B
         "warnoptions": ["ignore"],
+        "path": [str(PROJECT_ROOT), str(Path(pyseccomp.__file__).parent)],
     }
 
 
@@ -737,3 +748,16 @@ def test_restarts_leave_no_descriptor_behind(actor: IsolatedHooks) -> None:
         actor.call(PRE, {}, {})
         assert actor.call(PRE, {}, {}).fault is None
     assert fds() == before
+
+
+def test_the_worker_starts_with_an_empty_environment() -> None:
+    """Even where the worker keeps the uid that can read its /proc/self/environ (started as
+    root with uid 0 allowed unisolated; or not root at all), there is nothing of ours in it."""
+    root = os.geteuid() == 0
+    config = {"uid": 0, "gid": 0, "allow_unisolated": True} if root else {}
+    os.environ["HR1_TEST_SECRET"] = "s3cret"
+    try:
+        with hooks(**config) as hs:
+            assert outcome(hs.call(PRE, {"do": "environ"}, {})) == HookCall(value="", state={})
+    finally:
+        del os.environ["HR1_TEST_SECRET"]
