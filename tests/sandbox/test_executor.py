@@ -187,6 +187,47 @@ def actor() -> Iterator[IsolatedHooks]:
         yield hs
 
 
+# --- no worker needed -------------------------------------------------------------------
+
+
+def test_a_rejected_patch_reports_its_first_violation_and_never_starts() -> None:
+    code = "import os\ndef hook(ctx, state):\n    return open('x')\n"
+    patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=code)])
+    first = check_patch(patch).violations[0]
+    hs = IsolatedHooks(patch, overlay_id="ov-5")
+    hs.call(PRE, {}, {})
+    result = hs.call(PRE, {}, {"k": 1})
+    assert result == HookCall(
+        state={"k": 1},
+        fault="invalid",
+        detail=f"rejected by the static checks: {first.code}: {first.message}",
+    )
+    assert hs.static_rejection == f"{first.code}: {first.message}"
+    assert (hs.worker_pid, hs.report, hs.last_start_s, hs.isolated) == (None, None, None, False)
+    assert hs.has(PRE) and not hs.has(HookName.POST_FEEDBACK) and not hs.has("nope")  # type: ignore[arg-type]
+    assert hs.events == {**NO_EVENTS, "calls": 2, "invalid": 2}
+    hs.close()
+
+
+def test_the_canary_factory_builds_checked_hook_sets_named_by_candidate() -> None:
+    bad = Patch(
+        env="any", hooks=[HookCode(hook=PRE, code="import os\ndef hook(c, s):\n    pass\n")]
+    )
+    config = SandboxConfig(call_budget_s=0.3)
+    made = isolated_hooks_factory(config)(bad, "cand-7")
+    assert made.overlay_id == "cand-7" and made.config is config
+    assert made.static_rejection is not None and made.worker_pid is None
+    default = isolated_hooks_factory()(bad, "cand-8")
+    assert default.config == SandboxConfig() and default.overlay_id == "cand-8"
+
+
+def test_from_sources_builds_an_any_env_patch_and_starts_its_worker() -> None:
+    with IsolatedHooks.from_sources({PRE: ACTOR}) as hs:
+        patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
+        assert hs.overlay_id == f"patch-{patch.sha256()[:16]}"
+        assert hs.config == SandboxConfig() and hs.worker_pid is not None
+
+
 # --- the record of a session --------------------------------------------------------------
 
 
@@ -695,43 +736,6 @@ def test_a_closed_hook_set_answers_closed_and_starts_nothing() -> None:
         hs.probe()
     assert hs.worker_pid is None
     assert hs.events == {**NO_EVENTS, "calls": 1, "starts": 1, "closed": 1}
-
-
-def test_a_rejected_patch_reports_its_first_violation_and_never_starts() -> None:
-    code = "import os\ndef hook(ctx, state):\n    return open('x')\n"
-    patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=code)])
-    first = check_patch(patch).violations[0]
-    hs = IsolatedHooks(patch, overlay_id="ov-5")
-    result = hs.call(PRE, {}, {"k": 1})
-    assert result == HookCall(
-        state={"k": 1},
-        fault="invalid",
-        detail=f"rejected by the static checks: {first.code}: {first.message}",
-    )
-    assert hs.static_rejection == f"{first.code}: {first.message}"
-    assert (hs.worker_pid, hs.report, hs.last_start_s, hs.isolated) == (None, None, None, False)
-    assert hs.has(PRE) and not hs.has(HookName.POST_FEEDBACK) and not hs.has("nope")  # type: ignore[arg-type]
-    assert hs.events == {**NO_EVENTS, "calls": 1, "invalid": 1}
-    hs.close()
-
-
-def test_the_canary_factory_builds_checked_hook_sets_named_by_candidate() -> None:
-    bad = Patch(
-        env="any", hooks=[HookCode(hook=PRE, code="import os\ndef hook(c, s):\n    pass\n")]
-    )
-    config = SandboxConfig(call_budget_s=0.3)
-    made = isolated_hooks_factory(config)(bad, "cand-7")
-    assert made.overlay_id == "cand-7" and made.config is config
-    assert made.static_rejection is not None and made.worker_pid is None
-    default = isolated_hooks_factory()(bad, "cand-8")
-    assert default.config == SandboxConfig() and default.overlay_id == "cand-8"
-
-
-def test_from_sources_builds_an_any_env_patch_and_starts_its_worker() -> None:
-    with IsolatedHooks.from_sources({PRE: ACTOR}) as hs:
-        patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
-        assert hs.overlay_id == f"patch-{patch.sha256()[:16]}"
-        assert hs.config == SandboxConfig() and hs.worker_pid is not None
 
 
 def test_restarts_leave_no_descriptor_behind(actor: IsolatedHooks) -> None:
