@@ -187,7 +187,7 @@ def actor() -> Iterator[IsolatedHooks]:
         yield hs
 
 
-# --- no worker needed -------------------------------------------------------------------
+# --- construction, closing, static rejection ----------------------------------------------
 
 
 def test_a_rejected_patch_reports_its_first_violation_and_never_starts() -> None:
@@ -226,6 +226,35 @@ def test_from_sources_builds_an_any_env_patch_and_starts_its_worker() -> None:
         patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
         assert hs.overlay_id == f"patch-{patch.sha256()[:16]}"
         assert hs.config == SandboxConfig() and hs.worker_pid is not None
+
+
+def test_the_restart_backoff_is_capped_at_thirty_seconds(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-python")
+    config = SandboxConfig(python=missing, restart_backoff_s=45.0)
+    with structlog.testing.capture_logs() as logs:
+        hs = IsolatedHooks.from_sources({PRE: ACTOR}, config, overlay_id="ov-2")
+    detail = f"could not start the worker: [Errno 2] No such file or directory: {missing!r}"
+    assert logs == [
+        {"event": "sandbox.worker_start_failed", "log_level": "error", "overlay": "ov-2",
+         "detail": detail, "retry_in_s": 30.0}
+    ]  # fmt: skip
+    assert hs.events == {**NO_EVENTS, "start_failures": 1}
+    assert outcome(hs.call(PRE, {}, {})) == HookCall(
+        fault="crashed", detail="the worker is unavailable (restart backoff)"
+    )
+    hs.close()
+
+
+def test_a_closed_hook_set_answers_closed_and_starts_nothing() -> None:
+    hs = hooks()
+    hs.close()
+    assert outcome(hs.call(PRE, {}, {"s": 1})) == HookCall(
+        state={"s": 1}, fault="closed", detail="this hook set is closed"
+    )
+    with pytest.raises(RuntimeError, match="^probe failed: closed: this hook set is closed$"):
+        hs.probe()
+    assert hs.worker_pid is None
+    assert hs.events == {**NO_EVENTS, "calls": 1, "starts": 1, "closed": 1}
 
 
 # --- the record of a session --------------------------------------------------------------
@@ -591,23 +620,6 @@ os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
     ]  # fmt: skip
 
 
-def test_the_restart_backoff_is_capped_at_thirty_seconds(tmp_path: Path) -> None:
-    missing = str(tmp_path / "no-python")
-    config = SandboxConfig(python=missing, restart_backoff_s=45.0)
-    with structlog.testing.capture_logs() as logs:
-        hs = IsolatedHooks.from_sources({PRE: ACTOR}, config, overlay_id="ov-2")
-    detail = f"could not start the worker: [Errno 2] No such file or directory: {missing!r}"
-    assert logs == [
-        {"event": "sandbox.worker_start_failed", "log_level": "error", "overlay": "ov-2",
-         "detail": detail, "retry_in_s": 30.0}
-    ]  # fmt: skip
-    assert hs.events == {**NO_EVENTS, "start_failures": 1}
-    assert outcome(hs.call(PRE, {}, {})) == HookCall(
-        fault="crashed", detail="the worker is unavailable (restart backoff)"
-    )
-    hs.close()
-
-
 @pytest.mark.parametrize(
     ("script", "fault", "detail"),
     [
@@ -724,18 +736,6 @@ def test_running_unisolated_when_allowed_is_logged_as_a_warning() -> None:
          "note": "allow_unisolated=True: model-written code runs without full isolation"},
     ]  # fmt: skip
     assert hs.events == {**NO_EVENTS, "calls": 1, "ok": 1, "starts": 1, "unisolated_workers": 1}
-
-
-def test_a_closed_hook_set_answers_closed_and_starts_nothing() -> None:
-    hs = hooks()
-    hs.close()
-    assert outcome(hs.call(PRE, {}, {"s": 1})) == HookCall(
-        state={"s": 1}, fault="closed", detail="this hook set is closed"
-    )
-    with pytest.raises(RuntimeError, match="^probe failed: closed: this hook set is closed$"):
-        hs.probe()
-    assert hs.worker_pid is None
-    assert hs.events == {**NO_EVENTS, "calls": 1, "starts": 1, "closed": 1}
 
 
 def test_restarts_leave_no_descriptor_behind(actor: IsolatedHooks) -> None:
