@@ -92,6 +92,8 @@ def hook(ctx, state):
             "flags": [flags.isolated, flags.no_site, flags.dont_write_bytecode],
             "warnoptions": list(sys.warnoptions),
             "path": sys.path[:2],
+            "ours": sorted(m for m in sys.modules if m.split(".")[0] == "harness_r1"),
+            "bare": "__file__" not in sys.modules["harness_r1"].__dict__,
         }
     if do == "environ":
         fd = os.open("/proc/self/environ", 0)
@@ -522,6 +524,15 @@ def test_a_response_answers_only_its_own_request() -> None:
         assert outcome(hs.call(PRE, {"echo": 1}, {})) == HookCall(value=1, state={"n": 1})
 
 
+def test_a_response_line_ends_at_its_newline_and_what_follows_waits_for_the_next_request() -> None:
+    """Two lines in one write (so in one read): the first answers this call, the second is
+    kept, whole, for the next."""
+    lines = '{"id": 2, "value": "one", "state": {}}\n{"id": 3, "value": "two", "state": {}}\n'
+    with hooks() as hs:
+        assert hs.call(PRE, {"do": "forge", "lines": lines}, {}).value == "one"
+        assert outcome(hs.call(PRE, {}, {})) == HookCall(value="two", state={})
+
+
 # --- what the worker runs under -----------------------------------------------------------
 
 
@@ -541,6 +552,14 @@ def test_the_configured_limits_reach_the_worker_and_its_interpreter() -> None:
         "flags": [1, 1, 1],  # python -I -S -B
         "warnoptions": ["ignore"],
         "path": [str(PROJECT_ROOT), str(Path(pyseccomp.__file__).parent)],
+        "ours": [  # bare packages: neither harness_r1/__init__ nor sandbox/__init__ ran
+            "harness_r1",
+            "harness_r1.sandbox",
+            "harness_r1.sandbox.hooklib",
+            "harness_r1.sandbox.isolation",
+            "harness_r1.sandbox.worker_main",
+        ],
+        "bare": True,
     }
 
 
@@ -631,6 +650,9 @@ os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
         ("print('{\"hello\": false}')", "junk", "the worker did not say hello"),
         ("print('{\"hello\": true}')", "unisolated_refused",
          "isolation incomplete (); untrusted hooks refused"),
+        ("print(json.dumps({'hello': True, 'report': {'layers': [{'name': 'nnp', 'detail': 'no'},"
+         " {'name': 'uid', 'detail': 'root'}]}}))", "unisolated_refused",
+         "isolation incomplete (nnp: no; uid: root); untrusted hooks refused"),
         ("print(HELLO, flush=True); sys.stdin.readline(); print('{\"id\": 1, \"loaded\": []}')",
          "junk", ""),
         ("print(HELLO, flush=True); sys.stdin.readline(); "
