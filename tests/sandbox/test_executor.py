@@ -259,6 +259,48 @@ def test_a_closed_hook_set_answers_closed_and_starts_nothing() -> None:
     assert hs.events == {**NO_EVENTS, "calls": 1, "starts": 1, "closed": 1}
 
 
+def test_missing_isolation_is_refused_loudly_and_counted() -> None:
+    registry = CollectorRegistry()
+    patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
+    config = SandboxConfig(fail_layer="seccomp")
+    with structlog.testing.capture_logs() as logs:
+        hs = IsolatedHooks(
+            patch, config, overlay_id="ov-3", static_checks=False, metrics=SandboxMetrics(registry)
+        )
+        result = hs.call(PRE, {}, {"s": 1})
+    refused = f"isolation incomplete (seccomp: {FORCED}); untrusted hooks refused"
+    assert outcome(result) == HookCall(state={"s": 1}, fault="unisolated_refused", detail=refused)
+    assert hs.worker_pid is None and not hs.isolated
+    assert hs.events == {**NO_EVENTS, "calls": 1, "starts": 1, "start_failures": 1, "refused": 1}
+    assert metric_events(registry) == {"starts": 1.0, "refused": 1.0}
+    assert registry.get_sample_value("harness_r1_sandbox_isolated") == 0.0
+    assert logs == [
+        {"event": "sandbox.unisolated_refused", "log_level": "error", "overlay": "ov-3",
+         "failed": {"seccomp": FORCED},
+         "hint": "fix the host, or pass allow_unisolated=True for development only"},
+        {"event": "sandbox.worker_start_failed", "log_level": "error", "overlay": "ov-3",
+         "detail": refused, "retry_in_s": 0.5},
+        {"event": "sandbox.hook_fault", "log_level": "debug", "overlay": "ov-3",
+         "fault": "unisolated_refused", "detail": refused},
+    ]  # fmt: skip
+    hs.close()
+
+
+def test_running_unisolated_when_allowed_is_logged_as_a_warning() -> None:
+    config = SandboxConfig(fail_layer="landlock", allow_unisolated=True)
+    with (
+        structlog.testing.capture_logs() as logs,
+        IsolatedHooks.from_sources({PRE: ACTOR}, config, overlay_id="ov-4") as hs,
+    ):
+        assert outcome(hs.call(PRE, {"echo": 2}, {})) == HookCall(value=2, state={"n": 1})
+    assert logs == [
+        {"event": "sandbox.RUNNING_UNISOLATED", "log_level": "warning", "overlay": "ov-4",
+         "failed": {"landlock": FORCED},
+         "note": "allow_unisolated=True: model-written code runs without full isolation"},
+    ]  # fmt: skip
+    assert hs.events == {**NO_EVENTS, "calls": 1, "ok": 1, "starts": 1, "unisolated_workers": 1}
+
+
 # --- the record of a session --------------------------------------------------------------
 
 
@@ -716,48 +758,6 @@ def test_hooks_that_do_not_compile_are_counted_and_answer_invalid() -> None:
 
 
 # --- refusing, closing, static rejection --------------------------------------------------
-
-
-def test_missing_isolation_is_refused_loudly_and_counted() -> None:
-    registry = CollectorRegistry()
-    patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
-    config = SandboxConfig(fail_layer="seccomp")
-    with structlog.testing.capture_logs() as logs:
-        hs = IsolatedHooks(
-            patch, config, overlay_id="ov-3", static_checks=False, metrics=SandboxMetrics(registry)
-        )
-        result = hs.call(PRE, {}, {"s": 1})
-    refused = f"isolation incomplete (seccomp: {FORCED}); untrusted hooks refused"
-    assert outcome(result) == HookCall(state={"s": 1}, fault="unisolated_refused", detail=refused)
-    assert hs.worker_pid is None and not hs.isolated
-    assert hs.events == {**NO_EVENTS, "calls": 1, "starts": 1, "start_failures": 1, "refused": 1}
-    assert metric_events(registry) == {"starts": 1.0, "refused": 1.0}
-    assert registry.get_sample_value("harness_r1_sandbox_isolated") == 0.0
-    assert logs == [
-        {"event": "sandbox.unisolated_refused", "log_level": "error", "overlay": "ov-3",
-         "failed": {"seccomp": FORCED},
-         "hint": "fix the host, or pass allow_unisolated=True for development only"},
-        {"event": "sandbox.worker_start_failed", "log_level": "error", "overlay": "ov-3",
-         "detail": refused, "retry_in_s": 0.5},
-        {"event": "sandbox.hook_fault", "log_level": "debug", "overlay": "ov-3",
-         "fault": "unisolated_refused", "detail": refused},
-    ]  # fmt: skip
-    hs.close()
-
-
-def test_running_unisolated_when_allowed_is_logged_as_a_warning() -> None:
-    config = SandboxConfig(fail_layer="landlock", allow_unisolated=True)
-    with (
-        structlog.testing.capture_logs() as logs,
-        IsolatedHooks.from_sources({PRE: ACTOR}, config, overlay_id="ov-4") as hs,
-    ):
-        assert outcome(hs.call(PRE, {"echo": 2}, {})) == HookCall(value=2, state={"n": 1})
-    assert logs == [
-        {"event": "sandbox.RUNNING_UNISOLATED", "log_level": "warning", "overlay": "ov-4",
-         "failed": {"landlock": FORCED},
-         "note": "allow_unisolated=True: model-written code runs without full isolation"},
-    ]  # fmt: skip
-    assert hs.events == {**NO_EVENTS, "calls": 1, "ok": 1, "starts": 1, "unisolated_workers": 1}
 
 
 def test_restarts_leave_no_descriptor_behind(actor: IsolatedHooks) -> None:
