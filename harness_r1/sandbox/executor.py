@@ -320,9 +320,10 @@ class IsolatedHooks:
         worker.next_id += 1
         request_id = worker.next_id
         try:
-            data = json.dumps({"id": request_id, **body}, allow_nan=False).encode("ascii")
+            line = json.dumps({"id": request_id, **body}, allow_nan=False).encode("ascii")
         except (TypeError, ValueError, RecursionError) as err:
             raise _Fault("junk", f"ctx/state are not JSON-able: {err}") from err
+        data = line + b"\n"  # the worker's limit counts the newline too
         if len(data) > self.config.max_request_bytes:
             raise _Fault(
                 "junk",
@@ -330,10 +331,10 @@ class IsolatedHooks:
             )
         deadline = time.monotonic() + budget
         try:
-            self._write(worker, data + b"\n", deadline)
-            line = self._read_line(worker, deadline)
+            self._write(worker, data, deadline)
+            answer = self._read_line(worker, deadline)
             try:
-                response = json.loads(line, parse_constant=_reject_constant)
+                response = json.loads(answer, parse_constant=_reject_constant)
             except (ValueError, RecursionError) as err:
                 raise _Fault("junk", f"malformed response: {err}") from err
             if not isinstance(response, dict) or response.get("id") != request_id:
@@ -426,7 +427,12 @@ class IsolatedHooks:
             self.events["start_failures"] += 1
             self._backoff = min(30.0, max(self.config.restart_backoff_s, self._backoff * 2))
             self._retry_at = time.monotonic() + self._backoff
-            log.error("sandbox.worker_start_failed", overlay=self.overlay_id, detail=fault.detail)
+            log.error(
+                "sandbox.worker_start_failed",
+                overlay=self.overlay_id,
+                detail=fault.detail,
+                retry_in_s=self._backoff,
+            )
             raise
         self._backoff = 0.0
         return worker
@@ -517,11 +523,18 @@ class IsolatedHooks:
                 failed=report.failed,
                 note="allow_unisolated=True: model-written code runs without full isolation",
             )
-        response = self._request(worker, {"op": "load", "hooks": self._sources}, cfg.load_budget_s)
+        try:  # a load that fails before it reaches the worker must not leave it running
+            response = self._request(
+                worker, {"op": "load", "hooks": self._sources}, cfg.load_budget_s
+            )
+        except _Fault:
+            self._discard_worker()
+            raise
         errors = response.get("errors")
         if "fault" in response or not isinstance(errors, dict):
             self._discard_worker()
-            raise _Fault(str(response.get("fault", "junk")), str(response.get("detail", "")))
+            kind = str(response.get("fault", "junk"))
+            raise _Fault(kind if kind in FAULTS else "junk", str(response.get("detail", "")))
         self.load_errors = {str(k): str(v) for k, v in errors.items()}
         if self.load_errors:
             self.events["load_errors"] = len(self.load_errors)

@@ -215,8 +215,9 @@ def test_cpu_limit_is_a_backstop_behind_the_wall_clock(host_isolation: None) -> 
     with IsolatedHooks.from_sources({"pre_action": loop}, config) as hs:
         started = time.perf_counter()
         result = hs.call("pre_action", {}, {})  # type: ignore[arg-type]
-        assert result.fault == "timeout" and "SIGXCPU" in result.detail, result
-        assert time.perf_counter() - started < 5.0
+        assert result.fault == "timeout", result
+        assert result.detail == "the worker hit its CPU limit (SIGXCPU)"
+        assert time.perf_counter() - started < config.call_budget_s  # not the wall clock
         assert hs.events["timeouts"] == 1 and hs.worker_pid is None
 
 
