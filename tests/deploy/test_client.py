@@ -7,21 +7,28 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import threading
+import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from deploy_rig import Rig, make_patch
+from deploy_rig import ListSource, Rig, make_patch
 from deploy_rig import signed_release as release_bytes
 
+from harness_r1.consumers.kafka import Record
 from harness_r1.contracts import ControlKind
 from harness_r1.deploy.client import (
     CONTROL_TOPIC,
     RELEASE_TOPIC,
+    ClientConfig,
     ClientMetrics,
+    OverlayClient,
 )
 from harness_r1.deploy.registry import OverlayState
-from harness_r1.deploy.signing import Signer
+from harness_r1.deploy.signing import Signer, VerificationError, open_envelope
 from harness_r1.deploy.state import Hold, StateStore
 
 
@@ -238,8 +245,6 @@ def test_widening_a_release_moves_the_rest(rig: Rig) -> None:
 
 
 def test_taken_back_overlays_cannot_be_released_again_only_pinned(rig: Rig) -> None:
-    import pytest
-
     from harness_r1.deploy.registry import InvalidTransition
 
     a, b = rig.overlay("a"), rig.overlay("b")
@@ -367,3 +372,97 @@ def test_client_metrics_are_the_documented_families() -> None:
             ["cause"],
         ),
     }
+
+
+@dataclass
+class RecordingSource(ListSource):
+    """A ListSource that records when each poll came and the wait it was given, fails its
+    first `failures` polls, and (like the real reader) waits out the timeout when idle."""
+
+    failures: int = 0
+    polls: list[tuple[float, int | None]] = field(default_factory=list)
+
+    def poll(self, timeout_ms: int | None = None) -> list[Record]:
+        self.polls.append((time.monotonic(), timeout_ms))
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker gone")
+        out = super().poll(timeout_ms)
+        if not out:
+            time.sleep((timeout_ms or 0) / 1000)
+        return out
+
+
+def client_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "overlay-client"]
+
+
+def test_started_client_applies_releases_in_the_background_and_outlives_a_failing_poll(
+    rig: Rig,
+) -> None:
+    """Issue 21: `start()` runs one daemon thread (it never holds the agent's exit) named
+    overlay-client, polling with the sync interval (100 ms by default) as its wait. A poll
+    that raises is logged and retried a second later, not in a tight loop; `close()` stops
+    the thread."""
+    source = RecordingSource(rig.bus.log, failures=1)
+    config = ClientConfig(agent_id="agent-0", target="pool-a", state_dir=rig.tmp / "agent-0")
+    client = OverlayClient(config, rig.keyring, rig.hooks_factory, source_factory=lambda _: source)
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    with structlog.testing.capture_logs() as logs:
+        client.start()
+        client.start()  # a second start is a no-op
+        [thread] = client_threads()
+        assert thread.daemon
+        deadline = time.monotonic() + 10
+        while client.active_overlay_id != a and time.monotonic() < deadline:
+            time.sleep(0.02)
+        client.close()
+    assert client.active_overlay_id == a
+    assert not thread.is_alive() and client_threads() == []
+    assert [e for e in logs if e["event"] == "overlay_client_sync_failed"] == [
+        {
+            "event": "overlay_client_sync_failed",
+            "agent_id": "agent-0",
+            "log_level": "error",
+            "exc_info": True,
+        }
+    ]
+    (failed_at, _), (retried_at, _) = source.polls[:2]
+    assert 1.0 <= retried_at - failed_at < 1.5
+    assert {wait for _, wait in source.polls} == {100}
+    polls = len(source.polls)
+    time.sleep(0.3)
+    assert len(source.polls) == polls  # closed: no more polls
+
+
+def test_a_client_without_a_source_starts_no_thread(rig: Rig) -> None:
+    config = ClientConfig(agent_id="agent-0", target="pool-a", state_dir=rig.tmp / "agent-0")
+    client = OverlayClient(config, rig.keyring, rig.hooks_factory)
+    client.start(interval_ms=10)
+    assert client_threads() == []
+    assert client.sync() == 0
+    client.close()
+
+
+def test_a_refused_message_is_logged_with_its_reason_and_a_bounded_detail(rig: Rig) -> None:
+    """Issue 21: the warning an operator searches for names the agent, the stream, the reason
+    and the first 300 characters of the detail (a schema error can run to kilobytes)."""
+    client = rig.client()
+    data = b'{"schema_version": "1.0", "key_id": 1, "payload_b64": [], "signature_b64": {}}'
+    with pytest.raises(VerificationError) as caught:
+        open_envelope(data, rig.keyring)
+    detail = caught.value.detail
+    assert len(detail) > 300
+    with structlog.testing.capture_logs() as logs:
+        assert not client.handle(CONTROL_TOPIC, data)
+    assert logs == [
+        {
+            "event": "overlay_message_rejected",
+            "agent_id": "agent-0",
+            "kind": "control",
+            "reason": "malformed",
+            "detail": detail[:300],
+            "log_level": "warning",
+        }
+    ]
