@@ -412,12 +412,15 @@ def test_started_client_applies_releases_in_the_background_and_outlives_a_failin
     with structlog.testing.capture_logs() as logs:
         client.start()
         client.start()  # a second start is a no-op
-        [thread] = client_threads()
-        assert thread.daemon
-        deadline = time.monotonic() + 10
-        while client.active_overlay_id != a and time.monotonic() < deadline:
-            time.sleep(0.02)
-        client.close()
+        try:
+            [thread] = client_threads()
+            daemon = thread.daemon
+            deadline = time.monotonic() + 10
+            while client.active_overlay_id != a and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            client.close()
+    assert daemon
     assert client.active_overlay_id == a
     assert not thread.is_alive() and client_threads() == []
     assert [e for e in logs if e["event"] == "overlay_client_sync_failed"] == [
