@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from deploy_rig import ListSource, Rig, make_patch
+from deploy_rig import ListSource, Rig, TaggedHooks, make_patch
 from deploy_rig import signed_release as release_bytes
 
 from harness_r1.consumers.kafka import Record
@@ -143,8 +143,12 @@ def test_rollback_returns_to_previous_and_refuses_a_late_release(rig: Rig) -> No
     events = rig.registry.events(b)
     assert events[-1].actor == "bob" and events[-1].reason == "hurts"
     # a late (re-sent) release of b is accepted as a message but never applied
-    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 99))
+    with structlog.testing.capture_logs() as logs:
+        assert client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 99))
     assert client.active_overlay_id == a
+    assert logs == [
+        {"event": "overlay_release_ignored_revoked", "overlay_id": b, "log_level": "info"}
+    ]
 
 
 def test_rollback_to_named_and_to_base(rig: Rig) -> None:
@@ -221,7 +225,16 @@ def test_tampered_state_file_falls_back_to_base(rig: Rig) -> None:
     client.close()
     [stored] = (rig.tmp / "agent-0" / "overlays").glob("*.envelope.json")
     stored.write_bytes(stored.read_bytes().replace(b'"signature_b64":"', b'"signature_b64":"AA'))
-    assert rig.client().active_overlay_id == "base"
+    with structlog.testing.capture_logs() as logs:
+        assert rig.client().active_overlay_id == "base"
+    assert [e for e in logs if e["event"] == "stored_overlay_invalid"] == [
+        {
+            "event": "stored_overlay_invalid",
+            "overlay_id": a,
+            "reason": "bad_signature",
+            "log_level": "error",
+        }
+    ]
 
 
 def test_widening_a_release_moves_the_rest(rig: Rig) -> None:
@@ -470,6 +483,12 @@ def test_a_refused_message_is_logged_with_its_reason_and_a_bounded_detail(rig: R
             "log_level": "warning",
         }
     ]
+    elsewhere = signed_release(rig, rig.signer, rig.overlay("b", target="pool-b"), 1)
+    with structlog.testing.capture_logs() as logs:
+        assert not client.handle(RELEASE_TOPIC, elsewhere)
+    assert [(e["reason"], e["detail"]) for e in logs] == [
+        ("wrong_target", "for target 'pool-b', this agent serves 'pool-a'")
+    ]
 
 
 def counter_totals(metrics: ClientMetrics) -> dict[tuple[str, tuple[str, ...]], float]:
@@ -691,6 +710,7 @@ def test_a_restarted_client_reads_on_from_where_it_stopped(rig: Rig) -> None:
     assert (again.active_overlay_id, again.state.hold) == (a, Hold.PAUSED)
     rig.publisher.control(ControlKind.RESUME, "pool-a", actor="o", reason="r")
     assert again.sync() == 1 and again.state.hold is Hold.NONE
+    assert (again.active_overlay_id, again.rejections, again.swaps) == (a, {}, 0)
 
 
 def test_history_keeps_the_last_32_overlays(rig: Rig) -> None:
@@ -700,6 +720,8 @@ def test_history_keeps_the_last_32_overlays(rig: Rig) -> None:
         client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, ov, seq))
     assert client.active_overlay_id == overlays[-1]
     assert client.state.history == overlays[1:33]
+    # no episode held the earlier ones: each HookSet was closed when the next one came
+    assert [h.closed for h in rig.hooks_made] == [True] * 33 + [False]
 
 
 def test_rollback_skips_overlays_taken_back_earlier(rig: Rig) -> None:
@@ -713,15 +735,22 @@ def test_rollback_skips_overlays_taken_back_earlier(rig: Rig) -> None:
         CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, revoke_overlay_id=b)
     )
     assert client.active_overlay_id == c and client.state.revoked == [b]
-    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 2))
+    again = signed_control(rig, ControlKind.ROLLBACK, 2, revoke_overlay_id=b)
+    assert client.handle(CONTROL_TOPIC, again)  # b once only; "base" is never taken back
+    assert client.handle(
+        CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 3, revoke_overlay_id="base")
+    )
+    assert client.active_overlay_id == c and client.state.revoked == [b]
+    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 4))
     assert client.active_overlay_id == a
     assert client.state.revoked == [b, c] and client.state.history == ["base"]
-    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 3))
+    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 5))
     assert client.active_overlay_id == "base"
     assert client.state.revoked == [b, c, a] and client.state.history == []
     # on base, a rollback naming nothing takes nothing back and goes nowhere
-    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 4))
+    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 6))
     assert client.active_overlay_id == "base" and client.state.revoked == [b, c, a]
+    assert (client.swaps, client.rejections) == (5, {})
 
 
 def test_a_rollback_drops_a_parked_release_of_what_it_takes_back(rig: Rig) -> None:
@@ -735,6 +764,7 @@ def test_a_rollback_drops_a_parked_release_of_what_it_takes_back(rig: Rig) -> No
     assert (client.active_overlay_id, client.state.pending, client.state.revoked) == (a, None, [b])
     client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.RESUME, 3))
     assert (client.active_overlay_id, client.state.hold) == (a, Hold.NONE)
+    assert (client.rejections, client.swaps) == ({}, 1)
 
 
 def test_pin_brings_back_an_overlay_taken_back(rig: Rig) -> None:
@@ -744,8 +774,18 @@ def test_pin_brings_back_an_overlay_taken_back(rig: Rig) -> None:
     client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 2))
     client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1))
     assert (client.active_overlay_id, client.state.revoked) == (a, [b])
-    client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.PIN, 2, overlay_id=b))
+    with structlog.testing.capture_logs() as logs:
+        client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.PIN, 2, overlay_id=b))
     assert (client.active_overlay_id, client.state.revoked) == (b, [])
+    assert logs[0] == {
+        "event": "overlay_control",
+        "agent_id": "agent-0",
+        "command": "pin",
+        "overlay_id": b,
+        "actor": "o",
+        "reason": "test",
+        "log_level": "info",
+    }
     assert (client.state.hold, client.state.history) == (Hold.PINNED, ["base", a])
 
 
@@ -811,3 +851,63 @@ def test_the_clock_skew_allowed_is_the_configured_one(rig: Rig) -> None:
     )
     assert not clock.handle(RELEASE_TOPIC, data)
     assert clock.rejections == {"expired": 1}
+
+
+def test_a_restarted_client_keeps_an_expired_overlay_built_from_its_stored_patch(
+    rig: Rig,
+) -> None:
+    """Expiry bounds acceptance only: an agent restarted after its release expired comes back
+    on it, and its HookSet is built from the patch the release carried."""
+    a = rig.overlay("a")
+    rig.client().handle(RELEASE_TOPIC, signed_release(rig, rig.signer, a, 1))
+    built: list[tuple[Patch, str]] = []
+
+    def recording(patch: Patch, overlay_id: str) -> HookSet:
+        built.append((patch, overlay_id))
+        return rig.hooks_factory(patch, overlay_id)
+
+    config = ClientConfig(agent_id="agent-0", target="pool-a", state_dir=rig.tmp / "agent-0")
+    later = OverlayClient(
+        config, rig.keyring, recording, now=lambda: datetime.now(UTC) + timedelta(days=2)
+    )
+    assert later.active_overlay_id == a
+    assert built == [(rig.registry.get(a).patch, a)]
+
+
+def test_an_overlay_stays_open_until_its_last_episode_ends(rig: Rig) -> None:
+    """Two episodes on a when b arrives: a is closed when the second of them ends, once; the
+    overlay in force is never closed by an episode ending."""
+    closes: list[str] = []
+
+    @dataclass
+    class CountingHooks(TaggedHooks):
+        def close(self) -> None:
+            closes.append(self.overlay_id)
+            self.closed = True
+
+    source = RecordingSource(rig.bus.log)
+    config = ClientConfig(agent_id="agent-0", target="pool-a", state_dir=rig.tmp / "agent-0")
+    client = OverlayClient(
+        config,
+        rig.keyring,
+        lambda patch, overlay_id: CountingHooks(overlay_id),
+        source_factory=lambda _: source,
+    )
+    a, b = rig.overlay("a"), rig.overlay("b")
+    rig.publisher.release(a, actor="x", reason="r")
+    client.sync()
+    with client.lease() as first:
+        with client.lease():
+            pass
+        assert closes == []  # a is in force: an episode ending leaves it open
+        with client.lease():
+            rig.publisher.release(b, actor="x", reason="r")
+            client.sync()
+        assert closes == []  # the first episode still runs a
+    assert first.overlay_id == a and closes == [a]
+    with client.lease() as on_b:
+        assert on_b.overlay_id == b
+    assert closes == [a]
+    client.close()
+    assert closes == [a, b]  # a is not closed twice
+    assert {wait for _, wait in source.polls} == {0}  # sync() does not wait by default
