@@ -194,15 +194,13 @@ class OverlayClient:
             return len(records)
 
     def start(self, interval_ms: int = 100) -> None:
-        """Sync in a background thread until `close()`."""
-        if self._thread is not None:
+        """Sync in a background thread until `close()` (none without a source: nothing to
+        read)."""
+        if self._thread is not None or self._source is None:
             return
 
         def loop() -> None:
             while not self._stop.is_set():
-                if self._source is None:
-                    self._stop.wait(interval_ms / 1000)
-                    continue
                 try:
                     self.sync(timeout_ms=interval_ms)
                 except Exception:  # noqa: BLE001 - the agent must outlive any client bug
