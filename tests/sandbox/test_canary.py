@@ -706,6 +706,13 @@ def test_generation_identity_reads_every_setting_that_changes_what_the_target_wr
         "max_batch": 4,
         "prefix_cache": False,
     }
+    # a backend without a setting reads as None (prefix reuse: off), never as an error
+    assert generation_identity(object()) == {
+        "sampling": None,
+        "max_prompt_tokens": None,
+        "max_batch": None,
+        "prefix_cache": False,
+    }
 
     def key(model: LocalModel) -> str:
         runtime = HarnessRuntime(SUITE, model, Path("."), RunConfig())  # type: ignore[arg-type]
