@@ -54,6 +54,7 @@ class DoorEnv:
     trap_action: str | None = None  # an action on which the engine breaks (EnvError)
     resets = 0  # successful resets, over all instances: the episodes really run
     reset_calls = 0  # every reset asked for, failed ones included: the attempts made
+    step_seconds = 0.0  # how long the engine takes per step
 
     def __init__(self) -> None:
         self.done = False
@@ -72,6 +73,7 @@ class DoorEnv:
         return "A room with a door.", {"admissible_actions": ["open door", "look"]}
 
     def step(self, action: str) -> StepResult:
+        time.sleep(DoorEnv.step_seconds)
         if self.done:
             raise EnvError("over")
         if action == DoorEnv.trap_action:
@@ -141,6 +143,7 @@ def _reset_env_flags() -> None:
     DoorEnv.always_fail = False
     DoorEnv.resets = 0
     DoorEnv.reset_calls = 0
+    DoorEnv.step_seconds = 0.0
 
 
 def validator(p: Patch) -> str | None:
@@ -331,6 +334,7 @@ def test_an_env_error_after_the_patchs_own_action_is_the_patchs_failure(effect: 
     [result] = report.candidates
     assert report.baseline_success_rate == pytest.approx(0.5)
     assert result.status == "evaluated" and result.delta_success == pytest.approx(-0.5)
+    assert result.delta_mean_reward == pytest.approx(-0.5)  # the wins it lost, reward 1 each
     assert result.applied_effects == {effect: 8} and result.cost.episodes == 8
     assert DoorEnv.resets == 8 + 8  # the patch's episodes ran once each: none retried
 
@@ -412,6 +416,7 @@ def test_the_report_holds_each_candidates_whole_result_in_the_order_given() -> N
     ones whose episode_start hook adds skills or raises, one that forces `open door`, and the
     control run: the whole report, every field, against what the episodes did."""
     samples, alpha = 25, 0.2  # few resamples: the interval shows which seed drew them
+    DoorEnv.step_seconds = 0.001  # env time that a cost must count, next to the hooks' time
     runtime = RecordingRuntime(ScriptedPolicy(["ACTION: dance"]))
     made: list[tuple[str, str, IsolatedHooks]] = []
 
