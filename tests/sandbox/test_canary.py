@@ -476,7 +476,7 @@ def test_the_report_holds_each_candidates_whole_result_in_the_order_given() -> N
         baseline_cached=False,
         baseline_success_rate=0.0,
         baseline_cost=CandidateCost(
-            episodes=8, steps=0, generated_tokens=64, seconds=report.baseline_cost.seconds
+            episodes=8, steps=32, generated_tokens=64, seconds=report.baseline_cost.seconds
         ),
         candidates=[
             invalid("unparsed", None, "parse_error: no hook found"),
@@ -530,7 +530,7 @@ def test_the_baseline_cost_is_reported_when_it_runs_and_zero_when_cached() -> No
     wall = time.perf_counter() - started
     cost = first.baseline_cost
     # 8 episodes of 4 `dance` steps, 2 tokens each; timed to the millisecond
-    assert (cost.episodes, cost.generated_tokens) == (8, 64)
+    assert (cost.episodes, cost.steps, cost.generated_tokens) == (8, 32, 64)
     assert 0 < cost.seconds <= wall + 0.0005 and cost.seconds == round(cost.seconds, 3)
     again = canary.evaluate(BATCH, [])
     assert again.baseline_cached and again.baseline_cost == CandidateCost()
