@@ -246,7 +246,7 @@ def test_config_accepts_its_bounds_and_says_what_is_wrong_outside_them() -> None
     episodes = "^need 1 <= min_episodes <= max_episodes \\(episodes per arm\\)$"
     for bad in [{"min_episodes": 0}, {"min_episodes": 5, "max_episodes": 4}]:
         with pytest.raises(ValueError, match=episodes):
-            GuardConfig(**bad)  # type: ignore[arg-type]
+            GuardConfig(**bad)
     for name in ("promote_probability", "rollback_probability"):
         for value in (0.5, 1.0):
             with pytest.raises(ValueError, match=f"^{name} must be in \\(0.5, 1\\)$"):
