@@ -327,6 +327,7 @@ class CanaryRunner:
             baseline_success_rate=sum(o.success for o in base) / max(1, len(base)),
             baseline_cost=CandidateCost(
                 episodes=0 if cached else len(base),
+                steps=0 if cached else sum(o.steps for o in base),
                 generated_tokens=0 if cached else sum(o.tokens for o in base),
                 seconds=round(base_seconds, 3),
             ),

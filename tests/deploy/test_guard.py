@@ -20,6 +20,7 @@ from harness_r1.contracts import (
 )
 from harness_r1.deploy.guard import (
     GuardConfig,
+    GuardDecision,
     LiveGuard,
     Verdict,
     judge,
@@ -224,3 +225,76 @@ def test_rollback_fires_at_the_default_threshold_and_not_below_it() -> None:
     assert nearly.verdict is Verdict.CONTINUE
     at = GuardConfig(rollback_probability=1.0 - worse.p_better)
     assert judge("new", "old", (30, 8), (30, 17), at).verdict is Verdict.ROLLBACK
+
+
+def test_probability_better_refuses_successes_outside_0_to_episodes() -> None:
+    """Each arm, each side: more successes than episodes, or fewer than none."""
+    for counts in [(5, 3, 0, 0), (-1, 3, 0, 0), (0, 0, 5, 3), (0, 0, -1, 3)]:
+        with pytest.raises(ValueError, match="^successes must lie within 0..episodes$"):
+            probability_better(*counts)
+
+
+def test_probability_better_stays_a_probability_when_the_sum_overshoots() -> None:
+    """44/57 against 0/36: the exact sum is 1 - 1e-20, the float one lands just above 1."""
+    assert probability_better(44, 57, 0, 36) == 1.0
+    assert probability_better(0, 36, 44, 57) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_config_accepts_its_bounds_and_says_what_is_wrong_outside_them() -> None:
+    GuardConfig(min_episodes=1, max_episodes=1)  # a single episode per arm is allowed
+    GuardConfig(promote_probability=0.501, rollback_probability=0.999, prior_successes=1)
+    episodes = "^need 1 <= min_episodes <= max_episodes \\(episodes per arm\\)$"
+    for bad in [{"min_episodes": 0}, {"min_episodes": 5, "max_episodes": 4}]:
+        with pytest.raises(ValueError, match=episodes):
+            GuardConfig(**bad)
+    for name in ("promote_probability", "rollback_probability"):
+        for value in (0.5, 1.0):
+            with pytest.raises(ValueError, match=f"^{name} must be in \\(0.5, 1\\)$"):
+                GuardConfig(**{name: value})  # type: ignore[arg-type]
+    for prior in [(0, 1), (1, 0)]:
+        with pytest.raises(ValueError, match="^the Beta prior needs integer parameters >= 1$"):
+            GuardConfig(prior_successes=prior[0], prior_failures=prior[1])
+
+
+def test_a_fresh_guard_continues_with_nothing_counted() -> None:
+    decision = LiveGuard("new", "old").decide()
+    assert decision == GuardDecision(
+        verdict=Verdict.CONTINUE,
+        reason="",
+        overlay_id="new",
+        control_id="old",
+        episodes_new=0,
+        successes_new=0,
+        episodes_control=0,
+        successes_control=0,
+        p_better=decision.p_better,
+    )
+    assert decision.p_better == pytest.approx(0.5)
+
+
+def test_the_decision_carries_both_arms_and_promotes_at_the_threshold() -> None:
+    """17/30 on the new overlay against 8/30 on the control: the whole decision, its summary
+    line, and promotion when P(better) is exactly the configured promote_probability."""
+    guard = LiveGuard("ov-2", "ov-1", GuardConfig())
+    feed(guard, "ov-2", 17, 30)
+    feed(guard, "ov-1", 8, 30)
+    decision = guard.decide()
+    p_better = float(exact_probability_better(17, 30, 8, 30, (1, 1)))
+    assert 0.99 < p_better < 0.9905  # the default promote threshold is just passed
+    assert decision.p_better == pytest.approx(p_better, abs=1e-12)
+    assert decision == GuardDecision(
+        verdict=Verdict.PROMOTE,
+        reason="",
+        overlay_id="ov-2",
+        control_id="ov-1",
+        episodes_new=30,
+        successes_new=17,
+        episodes_control=30,
+        successes_control=8,
+        p_better=decision.p_better,
+    )
+    assert decision.summary() == "promote: ov-2 17/30 vs ov-1 8/30, P(better)=0.990"
+    at = GuardConfig(promote_probability=decision.p_better)
+    assert judge("ov-2", "ov-1", (30, 17), (30, 8), at).verdict is Verdict.PROMOTE
+    above = GuardConfig(promote_probability=0.9905)
+    assert judge("ov-2", "ov-1", (30, 17), (30, 8), above).verdict is Verdict.CONTINUE

@@ -3,23 +3,44 @@ isolated hook workers running the candidate patches."""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
-from harness_r1.contracts import HookCode, HookName, Patch, TaskSpec
+from harness_r1.contracts import (
+    CanaryReport,
+    CandidateCost,
+    CandidateResult,
+    HookCode,
+    HookName,
+    PairedTask,
+    Patch,
+    TargetRef,
+    TaskSpec,
+    Trajectory,
+)
 from harness_r1.envs.base import EnvError, EnvSuite, StepResult
-from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
+from harness_r1.harness.policies.base import PolicyError, SamplingConfig
 from harness_r1.sandbox.canary import (
     BaselineCache,
     CanaryBatch,
     CanaryConfig,
     CanaryRunner,
     Candidate,
+    EpisodeOutcome,
+    InfraFailure,
+    generation_identity,
 )
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 from harness_r1.sandbox.static import check_patch
 
 
@@ -32,6 +53,8 @@ class DoorEnv:
     always_fail = False
     trap_action: str | None = None  # an action on which the engine breaks (EnvError)
     resets = 0  # successful resets, over all instances: the episodes really run
+    reset_calls = 0  # every reset asked for, failed ones included: the attempts made
+    step_seconds = 0.0  # how long the engine takes per step
 
     def __init__(self) -> None:
         self.done = False
@@ -39,6 +62,7 @@ class DoorEnv:
         self.task = ""
 
     def reset(self, task: TaskSpec, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        DoorEnv.reset_calls += 1
         if DoorEnv.always_fail:
             raise EnvError("engine down")
         if DoorEnv.fail_resets > 0:
@@ -49,6 +73,7 @@ class DoorEnv:
         return "A room with a door.", {"admissible_actions": ["open door", "look"]}
 
     def step(self, action: str) -> StepResult:
+        time.sleep(DoorEnv.step_seconds)
         if self.done:
             raise EnvError("over")
         if action == DoorEnv.trap_action:
@@ -117,6 +142,8 @@ def _reset_env_flags() -> None:
     DoorEnv.fail_resets = 0
     DoorEnv.always_fail = False
     DoorEnv.resets = 0
+    DoorEnv.reset_calls = 0
+    DoorEnv.step_seconds = 0.0
 
 
 def validator(p: Patch) -> str | None:
@@ -287,20 +314,446 @@ def test_an_unisolated_worker_is_infrastructure_never_evaluated() -> None:
     assert result.sandbox_events.get("unisolated_workers") == 1
 
 
-SMASH = patch("def hook(ctx, state):\n    return {'effect': 'force', 'text': 'smash door'}\n")
+def smash(effect: str) -> Patch:
+    return patch(
+        f"def hook(ctx, state):\n    return {{'effect': '{effect}', 'text': 'smash door'}}\n"
+    )
 
 
-def test_an_env_error_after_the_patchs_own_action_is_the_patchs_failure() -> None:
-    """The env breaks on an action only the patch forced: that episode is a failure the patch
-    caused (evaluated, delta counted), not infrastructure to retry and give up on."""
+@pytest.mark.parametrize("effect", ["force", "rewrite"])
+def test_an_env_error_after_the_patchs_own_action_is_the_patchs_failure(effect: str) -> None:
+    """The env breaks on an action only the patch chose (forced, or rewritten from the model's):
+    that episode is a failure the patch caused (evaluated, delta counted), not infrastructure
+    to retry and give up on."""
     DoorEnv.trap_action = "smash door"
     try:
         canary = runner(ScriptedPolicy(["ACTION: open door"]), infra_retries=1)
-        report = canary.evaluate(BATCH, [Candidate("smash", SMASH)])
+        report = canary.evaluate(BATCH, [Candidate("smash", smash(effect))])
     finally:
         DoorEnv.trap_action = None
     [result] = report.candidates
     assert report.baseline_success_rate == pytest.approx(0.5)
     assert result.status == "evaluated" and result.delta_success == pytest.approx(-0.5)
-    assert result.applied_effects == {"force": 8} and result.cost.episodes == 8
+    assert result.delta_mean_reward == pytest.approx(-0.5)  # the wins it lost, reward 1 each
+    assert result.applied_effects == {effect: 8} and result.cost.episodes == 8
     assert DoorEnv.resets == 8 + 8  # the patch's episodes ran once each: none retried
+
+
+# -- Issue 21: whole results, so that a field computed wrong or dropped shows ---------------------
+
+SKILLS = patch("def hook(ctx, state):\n    return 'Doors open.'\n", HookName.EPISODE_START)
+START_RAISING = patch("def hook(ctx, state):\n    return ctx['missing']\n", HookName.EPISODE_START)
+
+
+class RecordingRuntime(HarnessRuntime):
+    """The real runtime, keeping what each run returned: the episodes' own timings are what a
+    candidate's cost must add up."""
+
+    def __init__(self, policy: ScriptedPolicy, config: RunConfig | None = None) -> None:
+        super().__init__(SUITE, policy, Path("."), config or RunConfig(lockstep=64))
+        self.runs: list[list[Trajectory]] = []
+
+    def run(
+        self,
+        specs: Sequence[EpisodeSpec],
+        on_done: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        trajectories = super().run(specs, on_done)
+        self.runs.append(trajectories)
+        return trajectories
+
+
+def seconds(trajectories: Sequence[Trajectory]) -> float:
+    """What a candidate's cost reports: its episodes' model, env and hook time, to the ms."""
+    timings = [t.timings for t in trajectories]
+    return round(sum(t.model_seconds + t.env_seconds + t.hook_seconds for t in timings), 3)
+
+
+def evaluated(
+    candidate_id: str,
+    sha: str | None,
+    patched: list[bool],
+    cost: CandidateCost,
+    samples: int,
+    alpha: float,
+    events: dict[str, int] | None = None,
+    effects: dict[str, int] | None = None,
+) -> CandidateResult:
+    """The result of a candidate run on BATCH against an all-failing baseline."""
+    pairs = [
+        PairedTask(
+            task_id=t.task_id,
+            seed=s,
+            base_success=False,
+            patched_success=won,
+            base_reward=0.0,
+            patched_reward=float(won),
+        )
+        for t, s, won in zip(BATCH.tasks, BATCH.seeds, patched, strict=True)
+    ]
+    delta = sum(patched) / len(patched)
+    # the gate's own seeded bootstrap over the reported pairs: anyone can recompute it
+    interval = bootstrap_delta_interval(
+        [PairedOutcome(**p.model_dump()) for p in pairs], samples, alpha, seed=0
+    )
+    return CandidateResult(
+        candidate_id=candidate_id,
+        patch_sha256=sha,
+        status="evaluated",
+        pairs=pairs,
+        delta_success=delta,
+        delta_mean_reward=delta,
+        delta_interval=interval,
+        sandbox_events=events or {},
+        applied_effects=effects or {},
+        cost=cost,
+        reward=delta,
+    )
+
+
+def test_the_report_holds_each_candidates_whole_result_in_the_order_given() -> None:
+    """Invalid candidates first (a parse failure, no patch, a static rejection), then runnable
+    ones whose episode_start hook adds skills or raises, one that forces `open door`, and the
+    control run: the whole report, every field, against what the episodes did."""
+    samples, alpha = 25, 0.2  # few resamples: the interval shows which seed drew them
+    DoorEnv.step_seconds = 0.001  # env time that a cost must count, next to the hooks' time
+    runtime = RecordingRuntime(ScriptedPolicy(["ACTION: dance"]))
+    made: list[tuple[str, str, IsolatedHooks]] = []
+
+    def factory(p: Patch, candidate_id: str) -> HookSet:
+        hooks = IsolatedHooks(p, SandboxConfig(), overlay_id=candidate_id)
+        made.append((p.sha256(), candidate_id, hooks))
+        return hooks
+
+    config = CanaryConfig(invalid_reward=-0.5, bootstrap_samples=samples, alpha=alpha, control=True)
+    canary = CanaryRunner(runtime, factory, validator, config, BaselineCache())
+    candidates = [
+        Candidate("unparsed", None, "parse_error: no hook found"),
+        Candidate("empty", None),
+        Candidate("hostile", HOSTILE),
+        Candidate("skills", SKILLS),
+        Candidate("start-raising", START_RAISING),
+        Candidate("open", OPEN),
+    ]
+    started = time.perf_counter()
+    report = canary.evaluate(BATCH, candidates)
+    wall = time.perf_counter() - started
+
+    # each valid patch got its own worker, named after its candidate; all stopped at the end
+    assert [(sha, cid) for sha, cid, _ in made] == [
+        (SKILLS.sha256(), "skills"),
+        (START_RAISING.sha256(), "start-raising"),
+        (OPEN.sha256(), "open"),
+    ]
+    assert [hooks.worker_pid for *_, hooks in made] == [None, None, None]
+    # one baseline run, then every candidate and the control in one lockstep run, in order
+    base_run, together = runtime.runs
+    assert (len(base_run), len(together)) == (8, 4 * 8)
+    skills, start_raising, opened, control = (together[i : i + 8] for i in range(0, 32, 8))
+    assert 0 < report.baseline_cost.seconds <= wall + 0.0005
+
+    def invalid(candidate_id: str, sha: str | None, reason: str) -> CandidateResult:
+        return CandidateResult(
+            candidate_id=candidate_id,
+            patch_sha256=sha,
+            status="invalid",
+            invalid_reason=reason,
+            reward=-0.5,
+        )
+
+    def cost(steps: int, tokens: int, trajectories: list[Trajectory]) -> CandidateCost:
+        return CandidateCost(
+            episodes=8, steps=steps, generated_tokens=tokens, seconds=seconds(trajectories)
+        )
+
+    evens = [i % 2 == 0 for i in range(8)]
+    # `dance` for 4 steps costs 2 tokens a step; a forced `open door` ends in one step
+    assert report == CanaryReport(
+        batch_id=BATCH.batch_id,
+        env="door",
+        target=TargetRef(model_id="scripted", version="1"),
+        tasks=8,
+        baseline_cached=False,
+        baseline_success_rate=0.0,
+        baseline_cost=CandidateCost(
+            episodes=8, steps=32, generated_tokens=64, seconds=report.baseline_cost.seconds
+        ),
+        candidates=[
+            invalid("unparsed", None, "parse_error: no hook found"),
+            invalid("empty", None, "no_patch: the candidate carries no patch"),
+            invalid(
+                "hostile",
+                HOSTILE.sha256(),
+                "top_level_statement: only function definitions and a docstring may appear"
+                " at top level; move this `import` into a function",
+            ),
+            evaluated(
+                "skills",
+                SKILLS.sha256(),
+                [False] * 8,
+                cost(32, 64, skills),
+                samples,
+                alpha,
+                effects={"skills": 8},
+            ),
+            evaluated(
+                "start-raising",
+                START_RAISING.sha256(),
+                [False] * 8,
+                cost(32, 64, start_raising),
+                samples,
+                alpha,
+                events={"raised": 8},
+            ),
+            evaluated(
+                "open",
+                OPEN.sha256(),
+                evens,
+                cost(8, 16, opened),
+                samples,
+                alpha,
+                effects={"force": 8},
+            ),
+        ],
+        control=evaluated("control", None, [False] * 8, cost(32, 64, control), samples, alpha),
+    )
+    # the interval is the seeded bootstrap's, not any resampling's
+    [*_, opened_result] = report.candidates
+    pairs = [PairedOutcome(**p.model_dump()) for p in opened_result.pairs]
+    assert opened_result.delta_interval != bootstrap_delta_interval(pairs, samples, alpha, seed=1)
+
+
+def test_the_baseline_cost_is_reported_when_it_runs_and_zero_when_cached() -> None:
+    canary = runner(ScriptedPolicy(["ACTION: dance"]))
+    started = time.perf_counter()
+    first = canary.evaluate(BATCH, [])
+    wall = time.perf_counter() - started
+    cost = first.baseline_cost
+    # 8 episodes of 4 `dance` steps, 2 tokens each; timed to the millisecond
+    assert (cost.episodes, cost.steps, cost.generated_tokens) == (8, 32, 64)
+    assert 0 < cost.seconds <= wall + 0.0005 and cost.seconds == round(cost.seconds, 3)
+    again = canary.evaluate(BATCH, [])
+    assert again.baseline_cached and again.baseline_cost == CandidateCost()
+    assert again.candidates == [] and again.control is None
+
+
+def test_a_one_task_batch_reports_its_baseline_success_rate() -> None:
+    """`open door` wins d0: the rate of a one-task batch is that task's outcome, 1.0."""
+    canary = runner(ScriptedPolicy(["ACTION: open door"]))
+    report = canary.evaluate(CanaryBatch("door", TASKS[:1], (0,)), [])
+    assert report.baseline_success_rate == 1.0 and report.tasks == 1
+
+
+def test_episodes_that_keep_failing_are_retried_logged_and_never_a_reward() -> None:
+    """`infra_retries` re-runs: 1 + 2 attempts per episode, then one error line per episode
+    that never finished, and the candidate is an infra_error whatever it might have scored."""
+    canary = runner(ScriptedPolicy(["ACTION: dance"]), infra_retries=2)
+    canary.baseline(BATCH)
+    DoorEnv.always_fail, DoorEnv.reset_calls = True, 0
+    with structlog.testing.capture_logs() as logs:
+        report = canary.evaluate(BATCH, [Candidate("open", OPEN)])
+    assert DoorEnv.reset_calls == 8 * 3
+    assert report.candidates == [
+        CandidateResult(
+            candidate_id="open",
+            patch_sha256=OPEN.sha256(),
+            status="infra_error",
+            invalid_reason="infra: episodes kept failing after retries",
+        )
+    ]
+    prefix = f"canary-{BATCH.batch_id[:12]}-open"
+    assert [e for e in logs if e["event"].startswith("canary.")] == [
+        {"event": "canary.infra_failure", "log_level": "error", "trajectory_id": f"{prefix}-{i}"}
+        for i in range(8)
+    ]
+
+
+def test_a_model_backend_failure_is_retried_and_logged() -> None:
+    failures: list[str] = []
+
+    def flaky(messages: Sequence[Any]) -> str:
+        if not failures:
+            failures.append("backend down")
+            raise PolicyError("backend down")
+        return "ACTION: open door"
+
+    canary = runner(ScriptedPolicy(flaky))
+    with structlog.testing.capture_logs() as logs:
+        base, cached = canary.baseline(BATCH)
+    assert [o.success for o in base] == [i % 2 == 0 for i in range(8)] and not cached
+    assert [e for e in logs if e["event"].startswith("canary.")] == [
+        {
+            "event": "canary.policy_error",
+            "log_level": "warning",
+            "attempt": 0,
+            "error": "backend down",
+        }
+    ]
+
+
+def test_a_baseline_that_keeps_failing_names_its_batch_and_episodes() -> None:
+    def down(messages: Sequence[Any]) -> str:
+        raise PolicyError("backend down")
+
+    canary = runner(ScriptedPolicy(down), infra_retries=1)
+    batch_id = BATCH.batch_id[:12]
+    with structlog.testing.capture_logs() as logs, pytest.raises(InfraFailure) as failure:
+        canary.baseline(BATCH)
+    assert str(failure.value) == f"baseline of batch {batch_id}: episodes kept failing"
+    warning = {"event": "canary.policy_error", "log_level": "warning", "error": "backend down"}
+    assert [e for e in logs if e["event"].startswith("canary.")] == [
+        {**warning, "attempt": 0},
+        {**warning, "attempt": 1},
+        *(
+            {
+                "event": "canary.infra_failure",
+                "log_level": "error",
+                "trajectory_id": f"canary-{batch_id}-base-{i}",
+            }
+            for i in range(8)
+        ),
+    ]
+
+
+def test_baselines_persist_on_disk_one_file_per_batch(tmp_path: Path) -> None:
+    """A restarted runner finds the baseline its predecessor wrote (nothing re-run), and a
+    second batch gets its own file in the same directory."""
+    directory = tmp_path / "cache" / "baselines"  # parents created on first use
+    policy = ScriptedPolicy(["ACTION: open door"])
+
+    def fresh() -> CanaryRunner:
+        runtime = HarnessRuntime(SUITE, policy, Path("."), RunConfig())
+        return CanaryRunner(
+            runtime, lambda p, c: NoHooks(), validator, None, BaselineCache(directory)
+        )
+
+    first = fresh()
+    key = first.baseline_key(BATCH)
+    outcomes, cached = first.baseline(BATCH)
+    assert not cached and DoorEnv.resets == 8
+    assert sorted(p.name for p in directory.iterdir()) == [f"{key}.json"]
+    assert json.loads((directory / f"{key}.json").read_text())[0] == {
+        "task_id": "d0",
+        "seed": 0,
+        "success": True,
+        "reward": 1.0,
+        "tokens": 3,  # ACTION: open door
+        "seconds": outcomes[0].seconds,
+        "steps": 1,
+        "faults": {},
+        "effects": {},
+    }
+    restarted = fresh()
+    for _ in range(2):  # from disk, then from memory
+        assert restarted.baseline(BATCH) == (outcomes, True)
+    assert DoorEnv.resets == 8
+    one = CanaryBatch("door", TASKS[:1], (0,))
+    assert restarted.baseline(one)[1] is False and DoorEnv.resets == 9
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == sorted([f"{key}.json", f"{restarted.baseline_key(one)}.json"])
+
+
+def test_flaky_resets_are_retried_not_counted_as_failed_episodes() -> None:
+    """The first 3 resets fail (d0, d1, d2 of the baseline): they are re-run, so the baseline
+    still wins every even task."""
+    DoorEnv.fail_resets = 3
+    canary = runner(ScriptedPolicy(["ACTION: open door"]))
+    report = canary.evaluate(BATCH, [])
+    assert report.baseline_success_rate == 0.5
+    assert (DoorEnv.reset_calls, DoorEnv.resets) == (8 + 3, 8)
+
+
+def test_a_worker_that_cannot_start_is_infrastructure_even_when_isolated() -> None:
+    """The worker started with every layer in force, then failed to load the hooks (here: the
+    load request is over the size limit). Its hooks never ran: not a patch with no effect."""
+    config = SandboxConfig(max_request_bytes=64, restart_backoff_s=30.0)
+
+    def factory(p: Patch, candidate_id: str) -> HookSet:
+        hooks = IsolatedHooks(p, config, overlay_id=candidate_id)
+        assert hooks.isolated
+        return hooks
+
+    runtime = HarnessRuntime(SUITE, ScriptedPolicy(["ACTION: dance"]), Path("."), RunConfig())
+    canary = CanaryRunner(runtime, factory, validator)
+    assert canary.evaluate(BATCH, [Candidate("open", OPEN)]).candidates == [
+        CandidateResult(
+            candidate_id="open",
+            patch_sha256=OPEN.sha256(),
+            status="infra_error",
+            invalid_reason="infra: isolation refused",
+            sandbox_events={"start_failures": 1},
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """The settings a local backend exposes (transformers_backend.TransformersPolicy)."""
+
+    model_id: str = "m"
+    version: str = "1"
+    sampling: SamplingConfig = SamplingConfig(max_new_tokens=64)
+    max_prompt_tokens: int = 3072
+    max_batch: int = 8
+    prefix_cache: object | None = None
+
+
+def test_generation_identity_reads_every_setting_that_changes_what_the_target_writes() -> None:
+    assert generation_identity(LocalModel(prefix_cache=object())) == {
+        "sampling": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64},
+        "max_prompt_tokens": 3072,
+        "max_batch": 8,
+        "prefix_cache": True,
+    }
+    assert generation_identity(ScriptedPolicy(["x"], max_batch=4)) == {
+        "sampling": None,
+        "max_prompt_tokens": None,
+        "max_batch": 4,
+        "prefix_cache": False,
+    }
+    # a backend without a setting reads as None (prefix reuse: off), never as an error
+    assert generation_identity(object()) == {
+        "sampling": None,
+        "max_prompt_tokens": None,
+        "max_batch": None,
+        "prefix_cache": False,
+    }
+
+    def key(model: LocalModel) -> str:
+        runtime = HarnessRuntime(SUITE, model, Path("."), RunConfig())  # type: ignore[arg-type]
+        return CanaryRunner(runtime, lambda p, c: NoHooks(), validator).baseline_key(BATCH)
+
+    same = key(LocalModel())
+    assert key(LocalModel()) == same
+    assert key(LocalModel(max_prompt_tokens=2048)) != same
+    assert key(LocalModel(max_batch=4)) != same
+    assert key(LocalModel(prefix_cache=object())) != same
+
+
+def test_pairing_of_outcomes_of_another_length_is_refused() -> None:
+    def outcome(task_id: str, seed: int) -> EpisodeOutcome:
+        return EpisodeOutcome(task_id, seed, False, 0.0, 0, 0.0)
+
+    from harness_r1.sandbox.canary import _check_pairing
+
+    base = [outcome("d0", 0), outcome("d1", 1)]
+    with pytest.raises(ValueError, match="zip"):
+        _check_pairing(base, base[:1])
+    with pytest.raises(
+        InfraFailure,
+        match="^canary pairing: baseline and patched outcomes are not the same tasks$",
+    ):
+        _check_pairing(base, base[::-1])
+
+
+def test_a_batch_is_checked_with_a_message_that_says_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="^a canary batch needs one seed per task$"):
+        CanaryBatch("door", TASKS, (1, 2))
+    other = TaskSpec(env="dbbench", split="t", task_id="q", task_type="x", instruction="x")
+    with pytest.raises(ValueError, match="^every task of a canary batch must belong to its env$"):
+        CanaryBatch("door", (*TASKS[:1], other), (0, 1))
+
+
+def test_the_control_id_is_reserved_while_the_control_runs() -> None:
+    with pytest.raises(ValueError, match="not 'control'"):
+        runner(ScriptedPolicy(["x"]), control=True).evaluate(BATCH, [Candidate("control", OPEN)])
