@@ -18,6 +18,7 @@ from harness_r1.daemon.deadletter import ReasonCode
 from harness_r1.daemon.ingest import (
     STORED_LIMITS,
     Unreadable,
+    _short,
     check_storable,
     is_data_error,
     next_positions,
@@ -208,3 +209,8 @@ def test_the_next_positions_are_one_past_the_highest_offset_of_each_partition() 
     records = [record("t", 1, 7), record("t", 0, 4), record("t", 1, 2), record("u", 0, 0)]
     assert next_positions(records) == {("t", 0): 5, ("t", 1): 8, ("u", 0): 1}
     assert next_positions([]) == {}
+
+
+def test_a_store_error_is_quoted_by_its_first_line_and_300_characters_at_most() -> None:
+    assert _short(ValueError("x" * 400 + "\n[SQL: INSERT ...]")) == "ValueError: " + "x" * 288
+    assert _short(KeyError("k")) == "KeyError: 'k'"
