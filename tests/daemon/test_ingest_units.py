@@ -59,6 +59,7 @@ def with_nan_reward() -> bytes:
         (b"x" * 100_001, "too_large: 100001 bytes, a trajectory may have 100000"),
         (b"{broken", "not_json: Invalid JSON: key must be a string at line 1 column 2"),
         (b"\xff\xfe", "not_json: Invalid JSON: expected value at line 1 column 1"),
+        (b"[" * 50_000, "not_json: Invalid JSON: recursion limit exceeded at line 1 column 202"),
         (
             encoded(document(schema_version="2.0")),
             "unsupported_version: Value error, schema_version '2.0' has major 2; this release "
@@ -84,6 +85,7 @@ def with_nan_reward() -> bytes:
         "too_large",
         "not_json",
         "not_utf8",
+        "recursion_bomb",
         "major_2",
         "major_2_and_invalid",
         "no_version",
