@@ -302,19 +302,20 @@ def test_dead_letters_wait_in_the_outbox_while_the_broker_is_away(
         )
         dlq_broker.start()
         ensure_topics(kafka, [rig["dlq"]], 1)  # in-memory storage: the topic is new again
+        produce(rig, [b"bad-4"])  # its letter and the waiting ones may go out in one poll
         sent: dict[str, int] = {}
         for _ in range(20):
             later = ingest.poll_once(200)
             for code, count in later.dead_letters_sent.items():
                 sent[code] = sent.get(code, 0) + count
-            if later.dead_letters_pending == 0 and sent:
+            if later.dead_letters_pending == 0 and sum(sent.values()) == 4:
                 break
-        assert sent == {"not_json": 3}
+        assert sent == {"not_json": 4}
         with BroadcastReader(kafka, [rig["dlq"]]) as reader:
             letters: list[Any] = []
             for _ in range(10):
                 letters.extend(reader.poll(300))
-        assert [r.value for r in letters] == [b"bad-1", b"bad-2", b"bad-3"]
+        assert [r.value for r in letters] == [b"bad-1", b"bad-2", b"bad-3", b"bad-4"]
         producer.close(timeout=1)
 
 
@@ -519,3 +520,23 @@ def test_a_lease_lost_while_isolating_a_poison_record_stops_the_poll(
     assert thief.calls == steal_at
     assert store.trajectory_count() == stored
     assert store.positions("g") == {} and store.count_pending_dead_letters() == 0
+
+
+def test_a_reader_takes_only_its_partitions_and_at_most_max_poll_records_a_poll(
+    rig: dict[str, Any],
+) -> None:
+    """How daemon workers split a topic (`owns`), and the bound on one store transaction."""
+    topic = f"{rig['topic']}-split"
+    ensure_topics(rig["kafka"], [topic], 2)
+    for i in range(6):
+        publish(rig["producer"], topic, b"bad-%d" % i, partition=i % 2, timeout_s=5)
+    config = dataclasses.replace(rig["ingest"].config, topic=topic, max_poll_records=2)
+    ingest = TrajectoryIngest(
+        rig["kafka"], config, rig["store"], rig["ingest"].outbox._send, owns=lambda t, p: p == 1
+    )
+    try:
+        polled = [ingest.poll_once(300).records for _ in range(10)]
+    finally:
+        ingest.close()
+    assert sum(polled) == 3 and max(polled) <= 2
+    assert rig["store"].positions("g") == {(topic, 1): 3}
