@@ -265,9 +265,14 @@ class TrajectoryIngest:
         letters.extend(refused)
         if letters:
             self.outbox.written()
-        # A drain that failed just now (the broker away) is not tried twice in one poll: each
-        # try may wait the whole send timeout, and a stop request waits for the poll.
-        now = self._drain() if earlier.error is None else DrainReport({}, earlier.pending, None)
+        if earlier.error is None:
+            now = self._drain()
+        else:
+            # A drain that failed just now (the broker away) is not tried twice in one poll:
+            # each try may wait the whole send timeout, and a stop request waits for the poll.
+            # The letters of this poll wait in the outbox too: count them.
+            pending = self.store.count_pending_dead_letters() if letters else earlier.pending
+            now = DrainReport({}, pending, None)
         committed = self.reader.commit(self.config.commit_timeout_ms)
         if committed:
             self.last_commit_at = time.time()
