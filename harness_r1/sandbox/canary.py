@@ -53,6 +53,8 @@ class CanaryBatch:
     seeds: tuple[int, ...]
 
     def __post_init__(self) -> None:
+        if not self.tasks:  # nothing to pair: every candidate's delta would divide by zero
+            raise ValueError("a canary batch needs at least one task")
         if len(self.tasks) != len(self.seeds):
             raise ValueError("a canary batch needs one seed per task")
         if any(t.env != self.env for t in self.tasks):

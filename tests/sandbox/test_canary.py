@@ -747,6 +747,10 @@ def test_pairing_of_outcomes_of_another_length_is_refused() -> None:
 
 
 def test_a_batch_is_checked_with_a_message_that_says_what_is_wrong() -> None:
+    # an empty batch used to run its (empty) baseline, then fail with ZeroDivisionError on the
+    # first candidate's delta
+    with pytest.raises(ValueError, match="^a canary batch needs at least one task$"):
+        CanaryBatch("door", (), ())
     with pytest.raises(ValueError, match="^a canary batch needs one seed per task$"):
         CanaryBatch("door", TASKS, (1, 2))
     other = TaskSpec(env="dbbench", split="t", task_id="q", task_type="x", instruction="x")
