@@ -223,6 +223,13 @@ def test_the_canary_factory_builds_checked_hook_sets_named_by_candidate() -> Non
     assert default.config == SandboxConfig() and default.overlay_id == "cand-8"
 
 
+def test_from_sources_runs_the_static_checks_when_asked() -> None:
+    code = "import os\ndef hook(ctx, state):\n    return None\n"
+    hs = IsolatedHooks.from_sources({PRE: code}, static_checks=True)
+    assert hs.static_rejection is not None and hs.worker_pid is None
+    assert hs.call(PRE, {}, {}).fault == "invalid"
+
+
 def test_from_sources_builds_an_any_env_patch_and_starts_its_worker() -> None:
     with IsolatedHooks.from_sources({PRE: ACTOR}) as hs:
         patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
