@@ -223,6 +223,13 @@ def test_the_canary_factory_builds_checked_hook_sets_named_by_candidate() -> Non
     assert default.config == SandboxConfig() and default.overlay_id == "cand-8"
 
 
+def test_from_sources_runs_the_static_checks_when_asked() -> None:
+    code = "import os\ndef hook(ctx, state):\n    return None\n"
+    hs = IsolatedHooks.from_sources({PRE: code}, static_checks=True)
+    assert hs.static_rejection is not None and hs.worker_pid is None
+    assert hs.call(PRE, {}, {}).fault == "invalid"
+
+
 def test_from_sources_builds_an_any_env_patch_and_starts_its_worker() -> None:
     with IsolatedHooks.from_sources({PRE: ACTOR}) as hs:
         patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
@@ -640,7 +647,7 @@ if not os.path.exists({str(flag)!r}):
 os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
 """
     config = SandboxConfig(
-        python=fake_python(tmp_path, body), restart_backoff_s=0.2, call_budget_s=2.0
+        python=fake_python(tmp_path, body), restart_backoff_s=0.5, call_budget_s=2.0
     )
     failed = "the worker closed its pipe; exited with status 3; stderr: no interpreter today"
     with structlog.testing.capture_logs() as logs:
@@ -649,11 +656,11 @@ os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
         waiting = hs.call(PRE, {}, {"s": 1})
         backoff = "the worker is unavailable (restart backoff)"
         assert outcome(waiting) == HookCall(state={"s": 1}, fault="crashed", detail=backoff)
-        time.sleep(0.25)
+        time.sleep(0.6)
         assert outcome(hs.call(PRE, {}, {})) == HookCall(fault="crashed", detail=failed)
-        time.sleep(0.25)  # inside the doubled backoff (0.4 s)
+        time.sleep(0.5)  # inside the doubled backoff (1 s)
         assert hs.call(PRE, {}, {}).detail == backoff
-        time.sleep(0.2)
+        time.sleep(0.6)
         flag.touch()
         assert outcome(hs.call(PRE, {"echo": 1}, {})) == HookCall(value=1, state={"n": 1})
         flag.unlink()
@@ -662,7 +669,7 @@ os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
         os.kill(pid, signal.SIGKILL)
         wait_dead(pid)
         assert hs.call(PRE, {}, {}).fault == "crashed"
-        assert hs.call(PRE, {}, {}).detail == failed  # the backoff began again from 0.2 s
+        assert hs.call(PRE, {}, {}).detail == failed  # the backoff began again from 0.5 s
         hs.close()
     assert hs.events == {
         **NO_EVENTS,
@@ -677,7 +684,7 @@ os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
     assert [e for e in logs if e["event"] == "sandbox.worker_start_failed"] == [
         {"event": "sandbox.worker_start_failed", "log_level": "error", "overlay": "ov-1",
          "detail": failed, "retry_in_s": retry}
-        for retry in (0.2, 0.4, 0.2)
+        for retry in (0.5, 1.0, 0.5)
     ]  # fmt: skip
 
 
