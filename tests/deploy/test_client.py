@@ -915,3 +915,18 @@ def test_an_overlay_stays_open_until_its_last_episode_ends(rig: Rig) -> None:
     client.close()
     assert closes == [a, b]  # a is not closed twice
     assert {wait for _, wait in source.polls} == {0}  # sync() does not wait by default
+
+
+def test_a_rollback_naming_nothing_leaves_an_agent_on_base_where_it_is(rig: Rig) -> None:
+    """After `rollback --to base` the overlays run before stay in the history; a later
+    rollback that names nothing has nothing to take back from base and moves no one."""
+    client = rig.client()
+    a, b = rig.overlay("a"), rig.overlay("b")
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, a, 1))
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 2))
+    client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, overlay_id="base"))
+    assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
+    assert client.state.revoked == [b]
+    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 2))
+    assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
+    assert (client.state.revoked, client.swaps) == ([b], 3)
