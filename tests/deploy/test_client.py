@@ -30,7 +30,7 @@ from harness_r1.deploy.client import (
 from harness_r1.deploy.registry import OverlayState
 from harness_r1.deploy.signing import Signer, VerificationError, open_envelope, seal
 from harness_r1.deploy.state import STATE_FILE, ClientState, Hold, StateStore
-from harness_r1.harness.hooks import HookSet
+from harness_r1.harness.hooks import HookSet, NoHooks
 
 
 def snapshot(client):  # type: ignore[no-untyped-def]
@@ -653,6 +653,8 @@ def test_an_overlay_whose_hooks_cannot_start_leaves_the_agent_on_base(rig: Rig) 
     assert (client.active_overlay_id, client.state.active) == ("base", "base")
     assert client.state.history == []
     assert client.rejections == {"rollback_to_unknown": 1}
+    with client.lease() as lease:
+        assert (lease.overlay_id, type(lease.hooks)) == ("base", NoHooks)
     assert [e for e in logs if e["event"] == "overlay_load_failed"] == [
         {
             "event": "overlay_load_failed",
@@ -673,6 +675,8 @@ def test_rollback_to_an_overlay_never_received_means_base(rig: Rig) -> None:
     assert client.active_overlay_id == "base" and client.state.active == "base"
     assert client.state.revoked == [a]  # the overlay it ran is taken back
     assert client.rejections == {"rollback_to_unknown": 1}
+    with client.lease() as lease:  # the next episode runs the base harness
+        assert (lease.overlay_id, type(lease.hooks)) == ("base", NoHooks)
 
 
 def test_close_stops_reading_and_closes_every_hookset_still_open(rig: Rig) -> None:
@@ -911,3 +915,18 @@ def test_an_overlay_stays_open_until_its_last_episode_ends(rig: Rig) -> None:
     client.close()
     assert closes == [a, b]  # a is not closed twice
     assert {wait for _, wait in source.polls} == {0}  # sync() does not wait by default
+
+
+def test_a_rollback_naming_nothing_leaves_an_agent_on_base_where_it_is(rig: Rig) -> None:
+    """After `rollback --to base` the overlays run before stay in the history; a later
+    rollback that names nothing has nothing to take back from base and moves no one."""
+    client = rig.client()
+    a, b = rig.overlay("a"), rig.overlay("b")
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, a, 1))
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 2))
+    client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, overlay_id="base"))
+    assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
+    assert client.state.revoked == [b]
+    assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 2))
+    assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
+    assert (client.state.revoked, client.swaps) == ([b], 3)
