@@ -387,6 +387,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
     store: StateStore = rig["store"]
     v0, v1, poison, v3 = trajectories(4, poison={2})  # v0 is a failure, v1 and v3 successes
     produce(rig, [v0, b"", v1, b"{broken", poison, v0, b"x" * 10_001, v3])
+    assert rig["ingest"].last_commit_at is None
     started = time.time()
     with structlog.testing.capture_logs() as logs:
         report = rig["ingest"].poll_once(2_000)
@@ -480,6 +481,17 @@ def test_a_daemon_without_the_ingest_lease_neither_stores_nor_publishes(
     assert (records, sent, report.dead_letters_pending) == (2, {"not_json": 1}, 0)
     assert sent_letters(rig) == [(0, "not_json: bad", b"bad", "0")]
     assert store.trajectory_count() == 2
+
+
+def test_a_poison_record_next_to_a_good_one_is_isolated(rig: dict[str, Any]) -> None:
+    good, poison = trajectories(2, poison={1})
+    produce(rig, [good, poison])
+    assert drain(rig["ingest"], 2) == 2
+    store: StateStore = rig["store"]
+    assert store.trajectory_count() == 1 and store.positions("g") == {(rig["topic"], 0): 2}
+    assert sent_letters(rig) == [
+        (1, f"unstorable: the store refused it: {refusal(store)}", poison, "0")
+    ]
 
 
 class LeaseThief:
