@@ -386,16 +386,17 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
     reopen(rig, max_record_bytes=10_000, max_dead_letter_bytes=8)
     store: StateStore = rig["store"]
     v0, v1, poison, v3 = trajectories(4, poison={2})  # v0 is a failure, v1 and v3 successes
-    produce(rig, [v0, b"", v1, b"{broken", poison, v0, b"x" * 10_001, v3])
+    produce(rig, [v0, b"", v1, b"{broken", poison, v0, b"x" * 10_001, v3, b"[1"])
+    assert rig["ingest"].last_commit_at is None
     started = time.time()
     with structlog.testing.capture_logs() as logs:
         report = rig["ingest"].poll_once(2_000)
-    reasons = {"empty": 1, "not_json": 1, "unstorable": 1, "too_large": 1}
+    reasons = {"empty": 1, "not_json": 2, "unstorable": 1, "too_large": 1}
     by_env = {("dbbench", "failure"): 1, ("dbbench", "success"): 2}
     assert report == PollReport(
-        records=8,
+        records=9,
         result=IngestResult(new=3, duplicates=1, failures=1, by_env=by_env),
-        dead_lettered=4,
+        dead_lettered=5,
         committed=True,
         dead_letter_reasons=reasons,
         dead_letters_sent=reasons,
@@ -407,6 +408,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
         (3, "not_json: Invalid JSON: key must be a string at line 1 column 2", b"{broken", "0"),
         (4, f"unstorable: the store refused it: {refusal(store)}", poison[:8], "1"),
         (6, "too_large: 10001 bytes, a trajectory may have 10000", b"x" * 8, "1"),
+        (8, "not_json: Invalid JSON: EOF while parsing a list at line 1 column 2", b"[1", "0"),
     ]
     assert [e for e in logs if e["event"] == "ingest_batch_refused_isolating"] == [
         {
@@ -416,7 +418,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
             "log_level": "warning",
         }
     ]
-    assert store.positions("g") == {(rig["topic"], 0): 8} and store.trajectory_count() == 3
+    assert store.positions("g") == {(rig["topic"], 0): 9} and store.trajectory_count() == 3
     assert rig["ingest"].last_commit_at is not None
     assert started <= rig["ingest"].last_commit_at <= time.time()
 
@@ -424,7 +426,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
     reopen(rig)
     produce(rig, [trajectory_of("agent-later")])
     assert drain(rig["ingest"], 1) == 1, "a restarted reader resumes from the stored positions"
-    assert store.positions("g") == {(rig["topic"], 0): 9} and store.trajectory_count() == 4
+    assert store.positions("g") == {(rig["topic"], 0): 10} and store.trajectory_count() == 4
 
 
 def test_a_poll_waits_as_long_as_asked_else_as_configured(rig: dict[str, Any]) -> None:
@@ -480,6 +482,17 @@ def test_a_daemon_without_the_ingest_lease_neither_stores_nor_publishes(
     assert (records, sent, report.dead_letters_pending) == (2, {"not_json": 1}, 0)
     assert sent_letters(rig) == [(0, "not_json: bad", b"bad", "0")]
     assert store.trajectory_count() == 2
+
+
+def test_a_poison_record_next_to_a_good_one_is_isolated(rig: dict[str, Any]) -> None:
+    good, poison = trajectories(2, poison={1})
+    produce(rig, [good, poison])
+    assert drain(rig["ingest"], 2) == 2
+    store: StateStore = rig["store"]
+    assert store.trajectory_count() == 1 and store.positions("g") == {(rig["topic"], 0): 2}
+    assert sent_letters(rig) == [
+        (1, f"unstorable: the store refused it: {refusal(store)}", poison, "0")
+    ]
 
 
 class LeaseThief:
