@@ -924,7 +924,13 @@ def test_a_rollback_naming_nothing_leaves_an_agent_on_base_where_it_is(rig: Rig)
     a, b = rig.overlay("a"), rig.overlay("b")
     client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, a, 1))
     client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 2))
-    client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, overlay_id="base"))
+    with structlog.testing.capture_logs() as logs:
+        client.handle(
+            CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, overlay_id="base")
+        )
+    assert [(e["overlay_id"], e["previous"], e["cause"]) for e in logs if "cause" in e] == [
+        ("base", b, "rollback")
+    ]
     assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
     assert client.state.revoked == [b]
     assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 2))
