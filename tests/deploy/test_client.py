@@ -226,7 +226,9 @@ def test_tampered_state_file_falls_back_to_base(rig: Rig) -> None:
     [stored] = (rig.tmp / "agent-0" / "overlays").glob("*.envelope.json")
     stored.write_bytes(stored.read_bytes().replace(b'"signature_b64":"', b'"signature_b64":"AA'))
     with structlog.testing.capture_logs() as logs:
-        assert rig.client().active_overlay_id == "base"
+        restarted = rig.client()
+    with restarted.lease() as lease:
+        assert (lease.overlay_id, type(lease.hooks)) == ("base", NoHooks)
     assert [e for e in logs if e["event"] == "stored_overlay_invalid"] == [
         {
             "event": "stored_overlay_invalid",
@@ -781,6 +783,7 @@ def test_pin_brings_back_an_overlay_taken_back(rig: Rig) -> None:
     with structlog.testing.capture_logs() as logs:
         client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.PIN, 2, overlay_id=b))
     assert (client.active_overlay_id, client.state.revoked) == (b, [])
+    assert (logs[1]["event"], logs[1]["cause"]) == ("overlay_swapped", "pin")
     assert logs[0] == {
         "event": "overlay_control",
         "agent_id": "agent-0",
@@ -924,7 +927,13 @@ def test_a_rollback_naming_nothing_leaves_an_agent_on_base_where_it_is(rig: Rig)
     a, b = rig.overlay("a"), rig.overlay("b")
     client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, a, 1))
     client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, b, 2))
-    client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, overlay_id="base"))
+    with structlog.testing.capture_logs() as logs:
+        client.handle(
+            CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 1, overlay_id="base")
+        )
+    assert [(e["overlay_id"], e["previous"], e["cause"]) for e in logs if "cause" in e] == [
+        ("base", b, "rollback")
+    ]
     assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
     assert client.state.revoked == [b]
     assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 2))
