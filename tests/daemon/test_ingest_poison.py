@@ -378,6 +378,12 @@ def sent_letters(rig: dict[str, Any]) -> list[tuple[int, str, bytes, str]]:
     return sorted(out)
 
 
+def wait(rig: dict[str, Any], offset: int) -> None:
+    """A not_json dead letter of `offset` put into the outbox, unpublished."""
+    record = Record(rig["topic"], 0, offset, None, b"earlier", (), 1)
+    rig["store"].ingest([], "g", {}, [dead_letter(record, "g", ReasonCode.NOT_JSON, "earlier")])
+
+
 def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
     """One batch with every fate: stored, duplicate, empty, not JSON, refused by the store, too
     large. The report, the dead letters (cut to max_dead_letter_bytes), the stored positions
@@ -387,6 +393,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
     store: StateStore = rig["store"]
     v0, v1, poison, v3 = trajectories(4, poison={2})  # v0 is a failure, v1 and v3 successes
     produce(rig, [v0, b"", v1, b"{broken", poison, v0, b"x" * 10_001, v3, b"[1"])
+    wait(rig, 100)  # a letter an earlier poll left in the outbox (its broker was away)
     assert rig["ingest"].last_commit_at is None
     started = time.time()
     with structlog.testing.capture_logs() as logs:
@@ -399,7 +406,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
         dead_lettered=5,
         committed=True,
         dead_letter_reasons=reasons,
-        dead_letters_sent=reasons,
+        dead_letters_sent={**reasons, "not_json": 3},  # the earlier letter went out too
         dead_letters_pending=0,
         dead_letter_error=None,
     )
@@ -409,6 +416,7 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
         (4, f"unstorable: the store refused it: {refusal(store)}", poison[:8], "1"),
         (6, "too_large: 10001 bytes, a trajectory may have 10000", b"x" * 8, "1"),
         (8, "not_json: Invalid JSON: EOF while parsing a list at line 1 column 2", b"[1", "0"),
+        (100, "not_json: earlier", b"earlier", "0"),
     ]
     assert [e for e in logs if e["event"] == "ingest_batch_refused_isolating"] == [
         {
@@ -423,7 +431,11 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
     assert started <= rig["ingest"].last_commit_at <= time.time()
 
     assert rig["ingest"].poll_once(300) == PollReport(0, IngestResult(0, 0, 0), 0, False)
+    wait(rig, 101)
     reopen(rig)
+    assert rig["ingest"].poll_once(300) == PollReport(
+        0, IngestResult(0, 0, 0), 0, False, dead_letters_sent={"not_json": 1}
+    )
     produce(rig, [trajectory_of("agent-later")])
     assert drain(rig["ingest"], 1) == 1, "a restarted reader resumes from the stored positions"
     assert store.positions("g") == {(rig["topic"], 0): 10} and store.trajectory_count() == 4
