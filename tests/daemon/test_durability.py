@@ -115,7 +115,8 @@ def produce(
     """Send all, round-robin over the partitions (record i of the topic to partition
     (start + i) % PARTITIONS), spread evenly over `over_s` seconds (0: at once), and wait for
     every ack; returns the end offset (one past the last acked record) per partition."""
-    producer = make_producer(KafkaSettings(bootstrap=bootstrap))
+    # S3-backed tansu (moto) acks slowly right after a restart: give deliveries 60 s, not 10
+    producer = make_producer(KafkaSettings(bootstrap=bootstrap, send_timeout_s=60.0))
     try:
         began = time.monotonic()
         futures = []
