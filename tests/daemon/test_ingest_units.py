@@ -155,14 +155,22 @@ def test_a_field_the_store_indexes_may_fill_its_column_but_not_more(name: str) -
 
 
 def test_the_stored_limits_are_the_store_s_column_sizes() -> None:
-    assert STORED_LIMITS == {
-        "trajectory_id": 255,
-        "agent_id": 255,
-        "harness_version": 128,
-        "task.env": 64,
-        "task.task_id": 255,
-        "task.task_type": 100,
-        "target": 200,
+    """Read from the trajectories table itself, so a widened column cannot leave validation
+    refusing what the store would take (or the reverse)."""
+    from harness_r1.daemon.store.schema import _TrajectoryRow
+
+    columns = _TrajectoryRow.__table__.columns
+    column_of = {"task.env": "env", "task.task_id": "task_id", "task.task_type": "task_type"}
+    sizes = {field: columns[column_of.get(field, field)].type.length for field in STORED_LIMITS}
+    assert sizes == STORED_LIMITS
+    assert set(STORED_LIMITS) == {
+        "trajectory_id",
+        "agent_id",
+        "harness_version",
+        "task.env",
+        "task.task_id",
+        "task.task_type",
+        "target",
     }
 
 
