@@ -13,7 +13,7 @@ from pathlib import Path
 from harness_r1.envs.base import EnvSuite
 from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies.base import Policy
-from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryRunner, HookSetFactory
+from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryRunner
 from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.static import StaticLimits
@@ -29,15 +29,13 @@ def build_canary_runner(
     canary: CanaryConfig | None = None,
     limits: StaticLimits | None = None,
     cache: BaselineCache | None = None,
-    hooks_factory: HookSetFactory | None = None,
 ) -> CanaryRunner:
     """A canary for `suite` on `policy`: candidates in isolated workers (`sandbox`), checked by
-    the intake under `limits`; `hooks_factory` replaces the isolated workers where a caller
-    brings its own (a test's in-process hooks)."""
+    the intake under `limits`."""
     runtime = HarnessRuntime(suite, policy, data_root, run)
     return CanaryRunner(
         runtime,
-        hooks_factory or isolated_hooks_factory(sandbox),
+        isolated_hooks_factory(sandbox),
         static_validator(limits),
         canary,
         cache,
