@@ -31,7 +31,11 @@ BUILD = ROOT / "build" / "mutate"
 MODULES: dict[str, tuple[str, list[str]]] = {
     "static": (
         "harness_r1/sandbox/static.py",
-        ["tests/sandbox/test_static.py", "tests/sandbox/test_parse.py"],
+        [
+            "tests/sandbox/test_static.py",
+            "tests/sandbox/test_static_messages.py",
+            "tests/sandbox/test_parse.py",
+        ],
     ),
     "gate": ("harness_r1/sandbox/gate.py", ["tests/sandbox/test_gate.py"]),
     "canary": ("harness_r1/sandbox/canary.py", ["tests/sandbox/test_canary.py"]),
