@@ -82,7 +82,7 @@ heldout() {  # name, packets, seed, then extra options
 }
 heldout sft "$HELDOUT_PACKETS" 0 --adapter "$SFT"  # before GRPO: it tells early whether SFT taught the format
 
-[ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo --packets "$R/coldstart/packets.jsonl" \
+[ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo online "$R/coldstart/packets.jsonl" \
   --adapter "$SFT" --out "$R/artifacts" \
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$GRPO_K" --target-steps 6 \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \

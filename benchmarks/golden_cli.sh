@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The golden CLI outputs a behaviour-preserving restructure must leave unchanged: `patch check`
 # of the reference patches and of a hostile one, `packet build` of fixed trajectories, and
-# `config show` of the defaults. Compare two commits:
+# `config show` of the defaults (the CLI's module: harness_r1.cli.app, before that
+# harness_r1.daemon.cli). Compare two commits:
 #   bash benchmarks/golden_cli.sh OLD_REV [NEW_REV]     (NEW_REV: the working tree)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +15,7 @@ cat > "$WORK/hostile.json" <<'J'
 J
 outputs() {  # CHECKOUT OUTDIR
   mkdir -p "$2"
-  cli() { (cd "$1" && env -u HARNESS_R1_CONFIG "$PY" -c 'import sys; from harness_r1.daemon.cli import main; sys.argv[0] = "harness-r1"; main()' "${@:2}"); }
+  cli() { (cd "$1" && env -u HARNESS_R1_CONFIG "$PY" -c 'import sys, importlib.util as u; main = __import__("harness_r1.cli.app" if u.find_spec("harness_r1.cli") else "harness_r1.daemon.cli", fromlist=["main"]).main; sys.argv[0] = "harness-r1"; main()' "${@:2}"); }
   for p in "$ROOT"/harness_r1/sandbox/reference_patches/*.patch "$WORK/hostile.json"; do
     cli "$1" patch check "$p" > "$2/check-$(basename "$p").out" 2>&1 || echo "rc=$?" >> "$2/check-$(basename "$p").out"
   done

@@ -1,4 +1,5 @@
-"""Service wiring: settings and the CLI (later: state store, scheduler, metrics).
+"""The service: settings, state store, ingest, the improvement loop, scheduler, observability,
+the embedded demo.
 
-Nothing else in harness_r1 imports this package.
+Only `harness_r1.cli` imports this package.
 """

@@ -323,7 +323,7 @@ class LoopOptions(_Group):
     graded_invalid: bool = Field(
         default=False,
         description="Grade invalid_reward by how far a candidate got and charge hook faults a "
-        "little (trainer.shaping), as `train grpo --graded-invalid` does.",
+        "little (trainer.shaping), as `train grpo online --graded-invalid` does.",
     )
 
     @model_validator(mode="after")

@@ -20,9 +20,9 @@ import yaml
 from test_durability import synthetic_trajectory, wait_for
 from typer.testing import CliRunner
 
+from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import BroadcastReader, make_producer, publish
-from harness_r1.daemon.cli import app
 from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings, load_settings
 from harness_r1.daemon.store import IngestLease

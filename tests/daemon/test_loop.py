@@ -101,7 +101,7 @@ def test_template_teacher_batch_is_evaluated_and_stored(tmp_path: Path) -> None:
 
 def test_graded_invalid_rewards_rank_the_refused_candidates(tmp_path: Path) -> None:
     """With graded_invalid the stored group ranks a static rejection above unparseable text
-    (trainer.shaping), as `train grpo --graded-invalid` does; the evaluated patch keeps its
+    (trainer.shaping), as `train grpo online --graded-invalid` does; the evaluated patch keeps its
     delta."""
     loop, store, _, _ = build(
         tmp_path, ReferenceEngineer(), guard_limit=0, invalid_reward=-0.4, graded_invalid=True

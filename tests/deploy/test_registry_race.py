@@ -39,6 +39,7 @@ from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
 import harness_r1.deploy.publisher as publisher_module
+from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import (
     BroadcastReader,
@@ -48,7 +49,6 @@ from harness_r1.consumers.kafka import (
     publish,
 )
 from harness_r1.contracts import ControlKind, Patch
-from harness_r1.daemon.cli import app
 from harness_r1.daemon.control import FOLLOWED_STREAM, ControlFollower
 from harness_r1.deploy.client import ClientConfig, OverlayClient
 from harness_r1.deploy.publisher import APPLIED_STREAM, Publisher, PublisherConfig

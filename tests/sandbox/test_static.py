@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from harness_r1.cli.jobs.patch_check import check_file
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.sandbox import hooklib
-from harness_r1.sandbox.checks_cli import check_file
 from harness_r1.sandbox.hooklib import (
     ALLOWED_BUILTINS,
     MATH_EXPORTS,

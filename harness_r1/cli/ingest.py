@@ -18,7 +18,9 @@ from typing import Annotated
 
 import typer
 
-ingest_app = typer.Typer(no_args_is_help=True, help="The daemon's trajectory ingest.")
+from harness_r1.cli.group import command_group
+
+ingest_app = command_group("The daemon's trajectory ingest.")
 
 
 @ingest_app.command("skip")
@@ -36,10 +38,10 @@ def ingest_skip(
 ) -> None:
     """Order the daemons of this consumer group to read PARTITION from OFFSET on.
 
-    Example: harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"
+    Example: `harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"`
     """
+    from harness_r1.cli.settings import cli_settings
     from harness_r1.consumers.kafka import ensure_topics, make_producer, partition_end, publish
-    from harness_r1.daemon.cli_settings import cli_settings
     from harness_r1.deploy.publisher import Publisher, PublisherConfig
     from harness_r1.deploy.registry import OverlayRegistry
     from harness_r1.deploy.signing import Signer

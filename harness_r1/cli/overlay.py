@@ -18,10 +18,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness_r1.daemon.cli_settings import cli_settings
+from harness_r1.cli.group import command_group
+from harness_r1.cli.settings import cli_settings
 
-overlay_app = typer.Typer(no_args_is_help=True, help="Overlays: inspect, release, take back.")
-keys_app = typer.Typer(no_args_is_help=True, help="Ed25519 signing keys.")
+overlay_app = command_group("Overlays: inspect, release, take back.")
+keys_app = command_group("Ed25519 signing keys.")
 # Piped output is not cut to 80 columns: ids must survive `| grep`, `| awk` and `> file`.
 console = Console(width=None if sys.stdout.isatty() else 240)
 
@@ -44,7 +45,9 @@ def keys_generate(
     key_id: str,
     directory: Annotated[Path, typer.Option("--dir", help="Where to write the key pair.")],
 ) -> None:
-    """Write KEY_ID.key (private, mode 0600) and KEY_ID.pub into --dir."""
+    """Write KEY_ID.key (private, mode 0600) and KEY_ID.pub into --dir.
+
+    Example: `harness-r1 keys generate ops-1 --dir keys`"""
     from harness_r1.deploy.signing import generate_keypair
 
     private, public = generate_keypair(directory, key_id)
@@ -59,7 +62,9 @@ def overlay_add(
     parent: Annotated[str | None, typer.Option(help="Overlay this one builds on.")] = None,
     actor: Actor = "",
 ) -> None:
-    """Register a hand-written patch FILE as a candidate (it must pass the static checks)."""
+    """Register a hand-written patch FILE as a candidate (it must pass the static checks).
+
+    Example: `harness-r1 overlay add fix.patch --target pool-a --env dbbench`"""
     from harness_r1.sandbox.intake import check
     from harness_r1.sandbox.patchfile import load_patch_file
 
@@ -83,7 +88,9 @@ def overlay_list(
     target: Annotated[str | None, typer.Option(help="Agent pool.")] = None,
     state: Annotated[str | None, typer.Option(help="candidate|canary|active|...")] = None,
 ) -> None:
-    """Overlays in the registry, newest first."""
+    """Overlays in the registry, newest first.
+
+    Example: `harness-r1 overlay list --target pool-a --state active`"""
     registry = _registry()
     table = Table("overlay", "target", "env", "state", "sha256", "parent", "updated")
     for record in registry.list(target=target, state=state):
@@ -101,7 +108,9 @@ def overlay_list(
 
 @overlay_app.command("show")
 def overlay_show(overlay_id: str) -> None:
-    """One overlay as JSON: patch, lineage, state, evidence and its event history."""
+    """One overlay as JSON: patch, lineage, state, evidence and its event history.
+
+    Example: `harness-r1 overlay show ov-3f2a9c`"""
     from harness_r1.deploy.registry import render_record
 
     registry = _registry()
@@ -111,7 +120,9 @@ def overlay_show(overlay_id: str) -> None:
 
 @overlay_app.command("diff")
 def overlay_diff(a: str, b: str) -> None:
-    """Unified diff of two overlays' hook sources."""
+    """Unified diff of two overlays' hook sources.
+
+    Example: `harness-r1 overlay diff ov-3f2a9c ov-77b1e0`"""
     from harness_r1.deploy.registry import diff_overlays
 
     registry = _registry()
@@ -164,7 +175,9 @@ def overlay_release(
     actor: Actor = "",
     reason: Reason = "operator release",
 ) -> None:
-    """Sign and publish a release of OVERLAY_ID to its pool (or a fraction of it)."""
+    """Sign and publish a release of OVERLAY_ID to its pool (or a fraction of it).
+
+    Example: `harness-r1 overlay release ov-3f2a9c --fraction 0.1 --reason "canary 10%"`"""
     publisher, producer = _publisher()
     try:
         sent = publisher.release(
@@ -187,7 +200,9 @@ def overlay_rollback(
     actor: Actor = "",
     reason: Reason = "operator rollback",
 ) -> None:
-    """Take an overlay back: its agents return to the previous (or --to) overlay."""
+    """Take an overlay back: its agents return to the previous (or --to) overlay.
+
+    Example: `harness-r1 overlay rollback --target pool-a --to base --reason "success fell"`"""
     actor = actor or _default_actor()
     _control("rollback", target, actor, reason, overlay_id=to, revoke_overlay_id=overlay)
 
@@ -201,7 +216,9 @@ def overlay_pin(
     actor: Actor = "",
     reason: Reason = "operator pin",
 ) -> None:
-    """Hold the pool on one overlay; new releases wait until `resume`."""
+    """Hold the pool on one overlay; new releases wait until `resume`.
+
+    Example: `harness-r1 overlay pin --target pool-a --reason "freeze for the audit"`"""
     _control("pin", target, actor or _default_actor(), reason, overlay_id=to)
 
 
@@ -211,7 +228,9 @@ def overlay_pause(
     actor: Actor = "",
     reason: Reason = "operator pause",
 ) -> None:
-    """Keep the current overlay; new releases wait until `resume`."""
+    """Keep the current overlay; new releases wait until `resume`.
+
+    Example: `harness-r1 overlay pause --target pool-a --reason "incident 42"`"""
     _control("pause", target, actor or _default_actor(), reason)
 
 
@@ -221,5 +240,7 @@ def overlay_resume(
     actor: Actor = "",
     reason: Reason = "operator resume",
 ) -> None:
-    """Apply releases again (the latest one parked while paused or pinned)."""
+    """Apply releases again (the latest one parked while paused or pinned).
+
+    Example: `harness-r1 overlay resume --target pool-a --reason "incident 42 closed"`"""
     _control("resume", target, actor or _default_actor(), reason)

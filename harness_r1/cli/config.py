@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-config_app = typer.Typer(no_args_is_help=True, help="Settings: what is in effect.")
+from harness_r1.cli.group import command_group
+
+config_app = command_group("Settings: what is in effect.")
 
 
 @config_app.callback()
@@ -32,8 +34,10 @@ def config_show(
         ),
     ] = None,
 ) -> None:
-    """Print the effective settings as JSON; exit 2 naming each bad value and where to fix it."""
-    from harness_r1.daemon.cli_settings import cli_settings
+    """Print the effective settings as JSON; exit 2 naming each bad value and where to fix it.
+
+    Example: `harness-r1 --config daemon.yaml config show`"""
+    from harness_r1.cli.settings import cli_settings
     from harness_r1.daemon.settings import SettingsError
 
     try:

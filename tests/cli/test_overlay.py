@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings
 from harness_r1.contracts import ControlCommand, OverlayRelease
-from harness_r1.daemon.cli import app
 from harness_r1.deploy.signing import Keyring, open_envelope
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness_r1.daemon.config_commands import config_app
+from harness_r1.cli.config import config_app
 
 runner = CliRunner()
 
@@ -75,7 +75,7 @@ def test_a_missing_file_exits_2() -> None:
 
 
 def test_the_root_config_reaches_every_command_and_a_commands_own_wins(tmp_path: Path) -> None:
-    from harness_r1.daemon.cli import app
+    from harness_r1.cli.app import app
 
     root = tmp_path / "root.yaml"
     root.write_text("loop:\n  batch_size: 3\n", encoding="utf-8")

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from harness_r1.cli.app import app
 from harness_r1.contracts import Trajectory
 from harness_r1.contracts.schemas import render_schemas
-from harness_r1.daemon.cli import app
 
 runner = CliRunner()
 
@@ -191,17 +191,17 @@ def test_train_commands_are_wired_and_check_their_input(tmp_path: Path) -> None:
         assert runner.invoke(app, ["train", command, "--help"]).exit_code == 0
     empty = tmp_path / "groups.jsonl"
     empty.write_text("")
-    result = runner.invoke(app, ["train", "grpo", "--replay", str(empty)])
+    result = runner.invoke(app, ["train", "grpo", "replay", str(empty)])
     assert result.exit_code != 0 and "no replay groups" in str(result.exception)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{}\n")
-    result = runner.invoke(app, ["train", "grpo", "--replay", str(bad)])
+    result = runner.invoke(app, ["train", "grpo", "replay", str(bad)])
     assert result.exit_code != 0 and ":1: not a replay group" in str(result.exception)
 
 
 def test_canary_table_has_a_header_per_value() -> None:
+    from harness_r1.cli.jobs.canary import canary_table
     from harness_r1.contracts import CanaryReport, CandidateResult, TargetRef
-    from harness_r1.daemon.canary_command import canary_table
     from harness_r1.sandbox.gate import reject_unevaluated
 
     report = CanaryReport(
@@ -223,6 +223,13 @@ def test_canary_table_has_a_header_per_value() -> None:
     assert all(len(column._cells) == 1 for column in table.columns)
 
 
-def test_grpo_needs_exactly_one_source(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["train", "grpo"])
-    assert result.exit_code != 0 and "exactly one of --replay" in result.output
+def test_grpo_is_two_commands_each_with_its_own_source(tmp_path: Path) -> None:
+    listing = runner.invoke(app, ["train", "grpo"])
+    assert "online" in listing.output and "replay" in listing.output
+    for mode in ("online", "replay"):
+        result = runner.invoke(app, ["train", "grpo", mode])
+        assert result.exit_code == 2 and "Missing argument" in result.output
+    online = runner.invoke(app, ["train", "grpo", "online", "--help"], terminal_width=200)
+    assert "--graded-invalid" in online.output
+    replay = runner.invoke(app, ["train", "grpo", "replay", "--help"], terminal_width=200)
+    assert "--graded-invalid" not in replay.output and "--history-turns" not in replay.output

@@ -20,12 +20,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness_r1.cli.group import command_group
+
 if TYPE_CHECKING:
     from harness_r1.consumers.kafka import Record
 
-deadletter_app = typer.Typer(
-    no_args_is_help=True, help="The dead-letter topic: inspect it, re-drive records from it."
-)
+deadletter_app = command_group("The dead-letter topic: inspect it, re-drive records from it.")
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="Daemon settings file (YAML).", exists=True)
 ]
@@ -59,8 +59,8 @@ def _view(record_offset: int, partition: int, headers: dict[str, str], size: int
 
 
 def _read_all(config: Path | None) -> list[tuple[Record, DeadLetterView]]:
+    from harness_r1.cli.settings import cli_settings
     from harness_r1.consumers.kafka import BroadcastReader
-    from harness_r1.daemon.cli_settings import cli_settings
     from harness_r1.daemon.deadletter import original_record_parts
 
     settings = cli_settings(config)
@@ -86,7 +86,7 @@ def deadletter_list(
 ) -> None:
     """Show the dead letters (oldest first).
 
-    Example: harness-r1 deadletter list --reason invalid"""
+    Example: `harness-r1 deadletter list --reason invalid`"""
     views = [view for _, view in _read_all(config) if reason in (None, view.reason_code)]
     if as_json:
         for view in views:
@@ -116,9 +116,9 @@ def deadletter_redrive(
 ) -> None:
     """Publish dead letters' original records again to their source topic.
 
-    Example: harness-r1 deadletter redrive --reason unsupported_version"""
+    Example: `harness-r1 deadletter redrive --reason unsupported_version`"""
+    from harness_r1.cli.settings import cli_settings
     from harness_r1.consumers.kafka import make_producer, publish
-    from harness_r1.daemon.cli_settings import cli_settings
     from harness_r1.daemon.deadletter import original_record_parts
 
     if not ids and reason is None:

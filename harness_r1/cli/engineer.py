@@ -1,0 +1,111 @@
+"""`harness-r1 engineer propose|evaluate`: the harness engineer's proposals, and its score
+on held-out packets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from harness_r1.cli.group import command_group
+from harness_r1.cli.settings import cli_settings
+
+console = Console(stderr=True)
+
+engineer_app = command_group("The harness engineer: patch proposals.")
+
+
+@engineer_app.command("evaluate")
+def engineer_evaluate(
+    runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of held-out runs.")],
+    env: Annotated[str, typer.Option()],
+    split: Annotated[str, typer.Option(help="The split the runs came from (held out).")],
+    adapter: Annotated[
+        Path | None, typer.Option(help="LoRA adapter dir of a trained engineer.")
+    ] = None,
+    k: Annotated[int, typer.Option("-k", help="Proposals per packet.")] = 4,
+    seed: Annotated[int, typer.Option()] = 0,
+    temperature: Annotated[float, typer.Option()] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Engineer tokens per proposal.")] = 512,
+    limit_packets: Annotated[int | None, typer.Option()] = None,
+    batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    max_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
+    history_turns: Annotated[int, typer.Option(help="Canary history.")] = 3,
+    baseline_cache: Annotated[
+        Path | None, typer.Option(help="Keep canary baselines here (share across versions).")
+    ] = None,
+    prefix_cache: Annotated[bool, typer.Option(help="Target reuses prompt-prefix KV.")] = False,
+    threads: Annotated[int | None, typer.Option(help="Engineer torch threads.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the JSON report.")] = None,
+) -> None:
+    """Score an engineer version on held-out packets: valid fraction, mean canary delta.
+
+    Example: `harness-r1 engineer evaluate runs/dev.jsonl --env dbbench --split dev --adapter
+    artifacts/engineer/v0002 --out heldout.json`"""
+    from harness_r1.cli.jobs.engineer_eval import EngineerEvalRequest, run_engineer_eval
+    from harness_r1.trainer.engineer import EngineerSpec
+    from harness_r1.trainer.heldout import HeldOutConfig
+
+    settings = cli_settings()
+    request = EngineerEvalRequest(
+        runs=list(runs),
+        env=env,
+        split=split,
+        engineer=EngineerSpec(adapter=adapter, cache_dir=settings.cache, threads=threads),
+        heldout=HeldOutConfig(
+            k=k, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens
+        ),
+        out=out,
+        limit_packets=limit_packets,
+        batch_size=batch_size,
+        max_steps=max_steps,
+        history_turns=history_turns,
+        prefix_cache=prefix_cache,
+        baseline_cache=baseline_cache,
+        cache_dir=settings.cache,
+    )
+    report = run_engineer_eval(request, settings.data_root(), console)
+    typer.echo(json.dumps(report.summary(), indent=2))
+
+
+@engineer_app.command("propose")
+def engineer_propose(
+    packet: Path,
+    k: Annotated[int, typer.Option("-k", help="Candidates to sample.")] = 4,
+    backend: Annotated[
+        str, typer.Option(help="smollm2 | openai | vllm | a checkpoint dir | template")
+    ] = "smollm2",
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (openai) or path (vllm).")] = None,
+    adapter: Annotated[
+        Path | None, typer.Option(help="LoRA adapter dir of a trained engineer.")
+    ] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    temperature: Annotated[float, typer.Option()] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option()] = 384,
+) -> None:
+    """Read a packet (JSON, or trajectories JSONL) and print K proposals with their validity.
+
+    Example: `harness-r1 engineer propose packet.json -k 4 --backend template`"""
+    from harness_r1.trainer.propose import proposals_json, propose_command
+
+    settings = cli_settings()
+    if backend == "template":
+        from harness_r1.trainer.propose import load_packet
+        from harness_r1.trainer.teacher import TemplateTeacher
+
+        texts = TemplateTeacher().propose(load_packet(packet), k, seed)
+        typer.echo(json.dumps([{"index": i, "text": t} for i, t in enumerate(texts)], indent=2))
+        return
+    from harness_r1.trainer.engineer import EngineerSpec
+
+    spec = EngineerSpec(
+        kind=backend, base_url=base_url, model=model, adapter=adapter, cache_dir=settings.cache
+    )
+    proposals = propose_command(
+        packet, k, spec, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens
+    )
+    typer.echo(proposals_json(proposals))

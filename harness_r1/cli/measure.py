@@ -1,0 +1,118 @@
+"""`harness-r1 eval|canary`: the frozen target on real tasks, under the base harness or
+paired with candidate patches. Registered on the root command by `cli.app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from harness_r1.cli.settings import cli_settings
+
+console = Console(stderr=True)
+
+
+def eval_command(
+    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
+    split: Annotated[str, typer.Option()],
+    limit: Annotated[int | None, typer.Option(help="Tasks, spread evenly over the split.")] = None,
+    policy: Annotated[str, typer.Option(help="smollm2 (embedded) or openai")] = "smollm2",
+    seed: Annotated[int, typer.Option()] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write trajectories as JSON Lines.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name on that server.")] = None,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    max_steps: Annotated[int | None, typer.Option(help="Override the env's step limit.")] = None,
+    lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
+    max_new_tokens: Annotated[int, typer.Option()] = 96,
+    history_turns: Annotated[int, typer.Option(help="Past exchanges the model sees.")] = 6,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
+    ] = False,
+) -> None:
+    """Run the frozen target on real tasks under the base harness and report success rates.
+
+    Example: `harness-r1 eval --env dbbench --split dev --limit 20 --out runs/dev.jsonl`"""
+    from harness_r1.cli.jobs.eval import EvalRequest, run_eval
+
+    settings = cli_settings()
+    request = EvalRequest(
+        env=env,
+        split=split,
+        limit=limit,
+        policy=policy,
+        seed=seed,
+        out=out,
+        base_url=base_url,
+        model=model,
+        temperature=temperature,
+        max_steps=max_steps,
+        lockstep=lockstep,
+        max_new_tokens=max_new_tokens,
+        history_turns=history_turns,
+        cache_dir=settings.cache,
+        prefix_cache=prefix_cache,
+    )
+    run_eval(request, settings.data_root(), console)
+
+
+def canary_command(
+    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
+    split: Annotated[str, typer.Option()],
+    patch: Annotated[list[Path], typer.Option(help="Candidate patch file (repeatable).")],
+    limit: Annotated[int, typer.Option(help="Batch tasks, spread over the split.")] = 20,
+    seed: Annotated[int, typer.Option()] = 0,
+    guard_limit: Annotated[int, typer.Option(help="Guard tasks (others of the split).")] = 0,
+    min_guard: Annotated[int, typer.Option(help="Minimum guard tasks to promote.")] = 20,
+    min_batch: Annotated[int, typer.Option(help="Minimum batch tasks to promote.")] = 8,
+    alpha: Annotated[float, typer.Option(help="Level of the guard regression test.")] = 0.05,
+    method: Annotated[str, typer.Option(help="mcnemar | bootstrap")] = "mcnemar",
+    max_steps: Annotated[int | None, typer.Option()] = None,
+    history_turns: Annotated[int, typer.Option()] = 6,
+    lockstep: Annotated[int, typer.Option()] = 8,
+    max_new_tokens: Annotated[int, typer.Option()] = 96,
+    allow_unisolated: Annotated[
+        bool, typer.Option(help="DEVELOPMENT ONLY: run patches even if isolation is missing.")
+    ] = False,
+    control: Annotated[
+        bool, typer.Option(help="Also re-run the batch unpatched: measures pairing noise.")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
+    ] = False,
+) -> None:
+    """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
+
+    Example: `harness-r1 canary --env dbbench --split dev --limit 20 --guard-limit 20 --patch
+    harness_r1/sandbox/reference_patches/dbbench_lookup.patch`"""
+    from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
+    from harness_r1.sandbox.gate import GateConfig
+
+    request = CanaryRequest(
+        env=env,
+        split=split,
+        patches=list(patch),
+        limit=limit,
+        seed=seed,
+        guard_limit=guard_limit,
+        max_steps=max_steps,
+        history_turns=history_turns,
+        lockstep=lockstep,
+        max_new_tokens=max_new_tokens,
+        allow_unisolated=allow_unisolated,
+        control=control,
+        out=out,
+        cache_dir=cli_settings().cache,
+        prefix_cache=prefix_cache,
+        gate=GateConfig(
+            min_batch_tasks=min_batch,
+            min_guard_tasks=min_guard,
+            alpha=alpha,
+            method=method,  # type: ignore[arg-type]  # validated by GateConfig
+        ),
+    )
+    report, guard, decisions = run_canary(request, cli_settings().data_root(), console)
+    Console(width=200).print(canary_table(report, guard, decisions))

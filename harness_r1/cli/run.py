@@ -1,0 +1,116 @@
+"""`harness-r1 run|demo`: the daemon against real services, or the whole loop embedded.
+Registered on the root command by `cli.app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness_r1.cli.settings import cli_settings
+
+console = Console(stderr=True)
+
+
+def demo(
+    reference: Annotated[
+        bool,
+        typer.Option(
+            help="Instead of the loop: SmolLM2 on all three envs, base harness vs each env's "
+            "hand-written reference patch (paired canary)."
+        ),
+    ] = False,
+    env: Annotated[str, typer.Option(help="Env of the fleet (the loop demo).")] = "webshop",
+    split: Annotated[str, typer.Option()] = "fixed",
+    agents: Annotated[int, typer.Option(help="Deployed agents in the fleet.")] = 4,
+    episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 4,
+    k: Annotated[int, typer.Option("-k", help="Candidate patches per batch.")] = 3,
+    limit: Annotated[int, typer.Option(help="--reference: tasks per env.")] = 4,
+    max_steps: Annotated[int | None, typer.Option(help="Default 6 (loop), 12 (reference).")] = None,
+) -> None:
+    """The embedded default, no external services: the whole improvement loop on one machine.
+
+    An embedded Kafka broker (tansu), a fleet of agents (SmolLM2-135M on real tasks) that
+    publish trajectories and apply signed overlays, and the daemon: failures -> packet -> K
+    patches -> sandbox + canary -> gate -> staged release -> live guard. Ends with a summary.
+
+    Example: `harness-r1 demo --env webshop --agents 4 --episodes 4`"""
+    if not reference:
+        from harness_r1.daemon.demo import DemoOptions, run_demo
+
+        settings = cli_settings()
+        options = DemoOptions(
+            env=env,
+            split=split,
+            agents=agents,
+            episodes_per_agent=episodes,
+            max_steps=max_steps or 6,
+            k=k,
+        )
+        run_demo(options, settings.data_root(), settings.cache, Console(width=160))
+        return
+    from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
+    from harness_r1.sandbox.gate import GateConfig
+    from harness_r1.sandbox.patchfile import REFERENCE_DIR
+
+    settings = cli_settings()
+    root = settings.data_root()
+    patches = {
+        "alfworld": "alfworld_explorer",
+        "dbbench": "dbbench_lookup",
+        "webshop": "webshop_shopper",
+    }
+    first_split = {"alfworld": "valid_seen", "dbbench": "dev", "webshop": "fixed"}
+    summary = []
+    for env, split in first_split.items():
+        request = CanaryRequest(
+            env=env,
+            split=split,
+            patches=[REFERENCE_DIR / f"{patches[env]}.patch"],
+            limit=limit,
+            max_steps=max_steps or 12,
+            history_turns=3,
+            max_new_tokens=64,
+            lockstep=limit,
+            cache_dir=settings.cache,
+            gate=GateConfig(min_batch_tasks=1, min_guard_tasks=0),
+        )
+        report, guard, decisions = run_canary(request, root, console)
+        Console(width=200).print(canary_table(report, guard, decisions))
+        [result] = report.candidates
+        after = report.baseline_success_rate + (result.delta_success or 0.0)
+        summary.append((env, report.tasks, report.baseline_success_rate, after))
+    table = Table(title="demo summary: success of the frozen SmolLM2-135M")
+    for column in ("env", "tasks", "base harness", "with reference patch"):
+        table.add_column(column)
+    for env, tasks, before, after in summary:
+        table.add_row(env, str(tasks), f"{before:.0%}", f"{after:.0%}")
+    Console(width=200).print(table)
+
+
+def run_daemon(
+    config: Annotated[
+        Path | None, typer.Option(help="YAML settings file (HARNESS_R1_* env overrides it).")
+    ] = None,
+) -> None:
+    """The production entry point: the daemon against the configured Kafka and state store.
+
+    SIGTERM or Ctrl-C drains in-flight work and exits.
+
+    Example: `harness-r1 run --config /etc/harness-r1/daemon.yaml`"""
+    from harness_r1.daemon.observability import configure_logging
+    from harness_r1.daemon.wiring import build_daemon
+
+    settings = cli_settings(config)
+    configure_logging(settings.metrics.log_format, settings.metrics.log_level)
+    built = build_daemon(settings)
+    built.health.start()
+    console.print(f"metrics and health on http://{settings.metrics.host}:{built.health.port}")
+    try:
+        built.daemon.run_forever()
+    finally:
+        built.health.stop()
+        built.close()

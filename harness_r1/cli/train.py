@@ -1,0 +1,260 @@
+"""`harness-r1 train coldstart|sft|grpo online|replay`: CLI options -> harness_r1.trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness_r1.cli.group import command_group
+from harness_r1.cli.settings import cli_settings
+
+train_app = command_group("Train the harness engineer (SFT, GRPO).")
+
+
+@train_app.command("coldstart")
+def coldstart(
+    runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of training-split runs.")],
+    env: Annotated[str, typer.Option()],
+    split: Annotated[str, typer.Option(help="The split the runs came from (train splits).")],
+    out: Annotated[
+        Path, typer.Option(help="Output dir: dataset.jsonl, rejected.jsonl, stats.json")
+    ],
+    k: Annotated[int, typer.Option("-k", help="Teacher proposals per packet.")] = 4,
+    limit_packets: Annotated[int | None, typer.Option()] = None,
+    max_steps: Annotated[int | None, typer.Option()] = None,
+    history_turns: Annotated[int, typer.Option()] = 6,
+    seed: Annotated[int, typer.Option()] = 0,
+    batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Target tokens per decision.")] = 96,
+    baseline_cache: Annotated[
+        Path | None, typer.Option(help="Keep canary baselines here across runs.")
+    ] = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="The canary's target reuses prompt-prefix KV.")
+    ] = False,
+    max_templates: Annotated[
+        int, typer.Option(help="Templates per teacher patch (1-3; 1 = shortest completions).")
+    ] = 3,
+) -> None:
+    """Teacher proposals kept only when executable and non-regressive on the frozen target.
+
+    Example: `harness-r1 train coldstart runs/train.jsonl --env dbbench --split standard --out
+    runs/cs`"""
+    from harness_r1.trainer.coldstart import coldstart_command
+    from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
+
+    settings = cli_settings()
+    stats = coldstart_command(
+        runs,
+        env,
+        split,
+        settings.data_root(),
+        out,
+        k=k,
+        limit_packets=limit_packets,
+        seed=seed,
+        max_steps=max_steps,
+        history_turns=history_turns,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        baseline_cache=baseline_cache,
+        cache_dir=settings.cache,
+        prefix_cache=prefix_cache,
+        teacher=TemplateTeacher(TeacherConfig(max_templates=max_templates)),
+    )
+    typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
+
+
+@train_app.command("sft")
+def sft(
+    dataset: Annotated[Path, typer.Argument(help="dataset.jsonl from `train coldstart`.")],
+    out: Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")] = Path(
+        "artifacts"
+    ),
+    max_steps: Annotated[int, typer.Option(help="> 0 overrides epochs.")] = -1,
+    epochs: Annotated[float, typer.Option()] = 1.0,
+    learning_rate: Annotated[float, typer.Option()] = 2e-4,
+    batch_size: Annotated[int, typer.Option()] = 4,
+    adapter: Annotated[Path | None, typer.Option(help="Continue from this adapter.")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch threads (1 on busy hosts).")] = None,
+    max_length: Annotated[
+        int, typer.Option(help="Longest row (tokens); longer is refused.")
+    ] = 4096,
+) -> None:
+    """Cold-start SFT (LoRA, completion-only loss); publishes the next engineer version.
+
+    Example: `harness-r1 train sft runs/cs/dataset.jsonl --out artifacts`"""
+    from harness_r1.trainer.sft import SftSettings, train_sft
+
+    settings = SftSettings(
+        output_root=out,
+        max_steps=max_steps,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        threads=threads,
+        max_length=max_length,
+    )
+    result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=cli_settings().cache)
+    typer.echo(f"published {result.version_dir}")
+
+
+grpo_app = command_group(
+    "GRPO (dapo loss, clipped ratio, beta 0) of the engineer: online on cold-start packets, or "
+    "on groups the daemon already evaluated."
+)
+train_app.add_typer(grpo_app, name="grpo")
+
+Out = Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")]
+Adapter = Annotated[Path | None, typer.Option(help="The engineer version to improve.")]
+MaxSteps = Annotated[int, typer.Option(help="Optimizer steps.")]
+Iterations = Annotated[int, typer.Option(help=">= 2 so the clipped ratio acts.")]
+Threads = Annotated[int | None, typer.Option(help="torch threads (1 on busy hosts).")]
+LearningRate = Annotated[float, typer.Option()]
+MicroBatch = Annotated[
+    int | None, typer.Option(help="Completions per forward/backward (1 for long rows on CPU).")
+]
+
+
+@grpo_app.command("online")
+def grpo_online(
+    packets: Annotated[
+        Path,
+        typer.Argument(
+            help="packets.jsonl of a cold start: K samples per packet, each rewarded by its "
+            "canary delta on the packet's own tasks and seeds (SmolLM2 target)."
+        ),
+    ],
+    out: Out = Path("artifacts"),
+    adapter: Adapter = None,
+    max_steps: MaxSteps = 20,
+    num_iterations: Iterations = 2,
+    k: Annotated[int, typer.Option("-k", help="Completions per packet.")] = 4,
+    target_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
+    history_turns: Annotated[int, typer.Option(help="Canary history.")] = 3,
+    threads: Threads = None,
+    max_completion_length: Annotated[
+        int, typer.Option(help="Engineer tokens per completion.")
+    ] = 512,
+    learning_rate: LearningRate = 5e-5,
+    invalid_reward: Annotated[
+        float, typer.Option(max=0.0, help="Reward of a patch that does not parse or check.")
+    ] = 0.0,
+    micro_batch: MicroBatch = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="The canary's target reuses prompt-prefix KV.")
+    ] = False,
+    temperature: Annotated[float, typer.Option(help="The engineer's sampling temperature.")] = 1.0,
+    graded_invalid: Annotated[
+        bool,
+        typer.Option(
+            help="Grade the invalid reward by how far a patch got, and charge hook faults a "
+            "little (trainer.shaping); off = the paper's flat reward."
+        ),
+    ] = False,
+) -> None:
+    """Online GRPO: the engineer samples K patches per packet, the canary rewards each.
+
+    Example: `harness-r1 train grpo online runs/cs/packets.jsonl --adapter
+    artifacts/engineer/v0001`"""
+    from harness_r1.trainer.canary_reward import CanaryReward, canary_rows
+    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_online
+    from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
+
+    settings = cli_settings()
+    runner_for = _canary_runners(target_steps, history_turns, prefix_cache)
+    found, resolver = packets_and_resolver(
+        load_packet_rows(packets), settings.data_root(), runner_for
+    )
+    if not found:
+        raise SystemExit(f"{packets}: no packets")
+    grpo_settings = GrpoSettings(
+        output_root=out,
+        max_steps=max_steps,
+        num_generations=k,
+        num_iterations=num_iterations,
+        threads=threads,
+        max_completion_length=max_completion_length,
+        learning_rate=learning_rate,
+        invalid_reward=invalid_reward,
+        micro_batch=micro_batch,
+        temperature=temperature,
+    )
+    result = train_grpo_online(
+        canary_rows(found),
+        CanaryReward(resolver, invalid_reward=invalid_reward, graded=graded_invalid),
+        settings=grpo_settings,
+        adapter=adapter,
+        cache_dir=settings.cache,
+    )
+    typer.echo(f"published {result.version_dir}")
+
+
+@grpo_app.command("replay")
+def grpo_replay(
+    groups_file: Annotated[
+        Path, typer.Argument(help="Replay groups JSONL (the daemon's K + rewards).")
+    ],
+    out: Out = Path("artifacts"),
+    adapter: Adapter = None,
+    max_steps: MaxSteps = 20,
+    num_iterations: Iterations = 2,
+    threads: Threads = None,
+    learning_rate: LearningRate = 5e-5,
+    micro_batch: MicroBatch = None,
+) -> None:
+    """GRPO on groups the daemon already evaluated: no canary runs here.
+
+    Example: `harness-r1 train grpo replay state/replay/groups.jsonl --adapter
+    artifacts/engineer/v0001`"""
+    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_replay
+    from harness_r1.trainer.replay import load_replay_groups
+
+    groups = load_replay_groups(groups_file)
+    if not groups:
+        raise SystemExit(f"{groups_file}: no replay groups")
+    grpo_settings = GrpoSettings(
+        output_root=out,
+        max_steps=max_steps,
+        num_generations=len(groups[0].completion_ids),
+        num_iterations=num_iterations,
+        threads=threads,
+        learning_rate=learning_rate,
+        micro_batch=micro_batch,
+    )
+    result = train_grpo_replay(
+        groups, settings=grpo_settings, adapter=adapter, cache_dir=cli_settings().cache
+    )
+    typer.echo(f"published {result.version_dir}")
+
+
+def _canary_runners(  # type: ignore[no-untyped-def]
+    target_steps: int | None, history_turns: int, prefix_cache: bool
+):
+    """env name -> the canary runner that rewards online completions (one shared target)."""
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import RunConfig
+    from harness_r1.harness.policies.base import SamplingConfig
+    from harness_r1.harness.policies.factory import PolicySpec, build_policy
+    from harness_r1.sandbox.canary import CanaryRunner
+    from harness_r1.sandbox.canary_factory import build_canary_runner
+
+    settings = cli_settings()
+    root = settings.data_root()
+    policy = build_policy(
+        PolicySpec(
+            sampling=SamplingConfig(max_new_tokens=64),
+            cache_dir=settings.cache,
+            prefix_cache=prefix_cache,
+        )
+    )
+
+    def runner_for(env: str) -> CanaryRunner:
+        config = RunConfig(
+            agent_id="grpo-canary", max_steps=target_steps, history_turns=history_turns
+        )
+        return build_canary_runner(get_suite(env), policy, root, config)
+
+    return runner_for

@@ -1,0 +1,59 @@
+"""The import graph the README's Layout section promises: dependencies point one way."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import harness_r1
+
+ROOT = Path(harness_r1.__file__).parent
+
+#: package -> the packages of ours it may import (top-level and lazy imports alike)
+ALLOWED: dict[str, set[str]] = {
+    "contracts": set(),
+    "envs": {"contracts"},
+    "consumers": {"contracts"},
+    "harness": {"contracts", "envs"},
+    "sandbox": {"contracts", "envs", "harness"},
+    "trainer": {"contracts", "envs", "harness", "sandbox", "consumers"},
+    "deploy": {"contracts", "harness", "consumers"},
+    "daemon": {"contracts", "envs", "harness", "sandbox", "trainer", "consumers", "deploy"},
+    "cli": {
+        "contracts",
+        "envs",
+        "harness",
+        "sandbox",
+        "trainer",
+        "consumers",
+        "deploy",
+        "daemon",
+    },
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "harness_r1" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_every_package_imports_only_what_the_layout_allows() -> None:
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(ALLOWED), "a new package needs its line in the README and here"
+    breaches = []
+    for package in sorted(packages):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            extra = imported_packages(path) - ALLOWED[package] - {package}
+            if extra:
+                breaches.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
+    assert not breaches, "\n".join(breaches)
