@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from harness_r1.cli.group import command_group
+from harness_r1.cli.options import HistoryTurns, or_setting
 from harness_r1.cli.settings import cli_settings
 
 console = Console(stderr=True)
@@ -33,7 +34,7 @@ def engineer_evaluate(
     limit_packets: Annotated[int | None, typer.Option()] = None,
     batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
     max_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
-    history_turns: Annotated[int, typer.Option(help="Canary history.")] = 3,
+    history_turns: HistoryTurns = None,
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here (share across versions).")
     ] = None,
@@ -62,7 +63,7 @@ def engineer_evaluate(
         limit_packets=limit_packets,
         batch_size=batch_size,
         max_steps=max_steps,
-        history_turns=history_turns,
+        history_turns=or_setting(history_turns, settings.loop.history_turns),
         prefix_cache=prefix_cache,
         baseline_cache=baseline_cache,
         cache_dir=settings.cache,

@@ -9,6 +9,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from harness_r1.cli.options import (
+    Alpha,
+    HistoryTurns,
+    MinBatch,
+    MinGuard,
+    TargetTokens,
+    or_setting,
+)
 from harness_r1.cli.settings import cli_settings
 
 console = Console(stderr=True)
@@ -26,8 +34,8 @@ def eval_command(
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     max_steps: Annotated[int | None, typer.Option(help="Override the env's step limit.")] = None,
     lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
-    max_new_tokens: Annotated[int, typer.Option()] = 96,
-    history_turns: Annotated[int, typer.Option(help="Past exchanges the model sees.")] = 6,
+    max_new_tokens: TargetTokens = None,
+    history_turns: HistoryTurns = None,
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
     ] = False,
@@ -50,8 +58,8 @@ def eval_command(
         temperature=temperature,
         max_steps=max_steps,
         lockstep=lockstep,
-        max_new_tokens=max_new_tokens,
-        history_turns=history_turns,
+        max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
+        history_turns=or_setting(history_turns, settings.loop.history_turns),
         cache_dir=settings.cache,
         prefix_cache=prefix_cache,
     )
@@ -65,14 +73,14 @@ def canary_command(
     limit: Annotated[int, typer.Option(help="Batch tasks, spread over the split.")] = 20,
     seed: Annotated[int, typer.Option()] = 0,
     guard_limit: Annotated[int, typer.Option(help="Guard tasks (others of the split).")] = 0,
-    min_guard: Annotated[int, typer.Option(help="Minimum guard tasks to promote.")] = 20,
-    min_batch: Annotated[int, typer.Option(help="Minimum batch tasks to promote.")] = 8,
-    alpha: Annotated[float, typer.Option(help="Level of the guard regression test.")] = 0.05,
+    min_guard: MinGuard = None,
+    min_batch: MinBatch = None,
+    alpha: Alpha = None,
     method: Annotated[str, typer.Option(help="mcnemar | bootstrap")] = "mcnemar",
     max_steps: Annotated[int | None, typer.Option()] = None,
-    history_turns: Annotated[int, typer.Option()] = 6,
+    history_turns: HistoryTurns = None,
     lockstep: Annotated[int, typer.Option()] = 8,
-    max_new_tokens: Annotated[int, typer.Option()] = 96,
+    max_new_tokens: TargetTokens = None,
     allow_unisolated: Annotated[
         bool, typer.Option(help="DEVELOPMENT ONLY: run patches even if isolation is missing.")
     ] = False,
@@ -91,6 +99,8 @@ def canary_command(
     from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
     from harness_r1.sandbox.gate import GateConfig
 
+    settings = cli_settings()
+    loop = settings.loop
     request = CanaryRequest(
         env=env,
         split=split,
@@ -99,20 +109,20 @@ def canary_command(
         seed=seed,
         guard_limit=guard_limit,
         max_steps=max_steps,
-        history_turns=history_turns,
+        history_turns=or_setting(history_turns, loop.history_turns),
         lockstep=lockstep,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=or_setting(max_new_tokens, loop.max_new_tokens),
         allow_unisolated=allow_unisolated,
         control=control,
         out=out,
-        cache_dir=cli_settings().cache,
+        cache_dir=settings.cache,
         prefix_cache=prefix_cache,
         gate=GateConfig(
-            min_batch_tasks=min_batch,
-            min_guard_tasks=min_guard,
-            alpha=alpha,
+            min_batch_tasks=or_setting(min_batch, loop.gate_min_batch),
+            min_guard_tasks=or_setting(min_guard, loop.gate_min_guard),
+            alpha=or_setting(alpha, loop.gate_alpha),
             method=method,  # type: ignore[arg-type]  # validated by GateConfig
         ),
     )
-    report, guard, decisions = run_canary(request, cli_settings().data_root(), console)
+    report, guard, decisions = run_canary(request, settings.data_root(), console)
     Console(width=200).print(canary_table(report, guard, decisions))

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from harness_r1.cli.group import command_group
+from harness_r1.cli.options import HistoryTurns, TargetTokens, or_setting
 from harness_r1.cli.settings import cli_settings
 
 train_app = command_group("Train the harness engineer (SFT, GRPO).")
@@ -24,10 +25,10 @@ def coldstart(
     k: Annotated[int, typer.Option("-k", help="Teacher proposals per packet.")] = 4,
     limit_packets: Annotated[int | None, typer.Option()] = None,
     max_steps: Annotated[int | None, typer.Option()] = None,
-    history_turns: Annotated[int, typer.Option()] = 6,
+    history_turns: HistoryTurns = None,
     seed: Annotated[int, typer.Option()] = 0,
     batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="Target tokens per decision.")] = 96,
+    max_new_tokens: TargetTokens = None,
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here across runs.")
     ] = None,
@@ -56,9 +57,9 @@ def coldstart(
         limit_packets=limit_packets,
         seed=seed,
         max_steps=max_steps,
-        history_turns=history_turns,
+        history_turns=or_setting(history_turns, settings.loop.history_turns),
         batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
         baseline_cache=baseline_cache,
         cache_dir=settings.cache,
         prefix_cache=prefix_cache,
@@ -133,7 +134,7 @@ def grpo_online(
     num_iterations: Iterations = 2,
     k: Annotated[int, typer.Option("-k", help="Completions per packet.")] = 4,
     target_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
-    history_turns: Annotated[int, typer.Option(help="Canary history.")] = 3,
+    history_turns: HistoryTurns = None,
     threads: Threads = None,
     max_completion_length: Annotated[
         int, typer.Option(help="Engineer tokens per completion.")
@@ -164,7 +165,8 @@ def grpo_online(
     from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
 
     settings = cli_settings()
-    runner_for = _canary_runners(target_steps, history_turns, prefix_cache)
+    turns = or_setting(history_turns, settings.loop.history_turns)
+    runner_for = _canary_runners(target_steps, turns, prefix_cache)
     found, resolver = packets_and_resolver(
         load_packet_rows(packets), settings.data_root(), runner_for
     )

@@ -26,18 +26,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from harness_r1.consumers.packets import PacketConfig, build_packet
+from harness_r1.consumers.packets import build_packet
 from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
+from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.proposers import Proposer
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
-from harness_r1.deploy.guard import GuardConfig, GuardDecision, Verdict, judge
+from harness_r1.deploy.guard import GuardDecision, Verdict, judge
 from harness_r1.deploy.guard_loop import enact
 from harness_r1.deploy.promotion import Promoter, Promotion
 from harness_r1.deploy.publisher import Publisher
@@ -45,7 +46,7 @@ from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.envs import get_suite
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
-from harness_r1.sandbox.gate import GateConfig, GateDecision
+from harness_r1.sandbox.gate import GateDecision
 from harness_r1.sandbox.gated import Evaluator, GatedReport, best_promoted, run_gated
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.propose import Proposal, classify
@@ -56,24 +57,6 @@ log = structlog.get_logger(__name__)
 
 GUARD_SEED_OFFSET = 10_000
 DAEMON_ACTOR = "daemon"
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    batch_size: int = 8
-    batch_window_s: float = 300.0
-    k: int = 4
-    max_pending_batches: int = 16
-    guard_limit: int = 20
-    rollout_fraction: float = 0.5
-    release_target: str = "default"
-    invalid_reward: float = 0.0
-    graded_invalid: bool = False  # trainer.shaping: grade invalid rewards, charge hook faults
-    max_attempts: int = 3
-    lease_s: float = 600.0
-    gate: GateConfig = field(default_factory=GateConfig)
-    guard: GuardConfig = field(default_factory=GuardConfig)
-    packet: PacketConfig = field(default_factory=PacketConfig)
 
 
 @dataclass(frozen=True)

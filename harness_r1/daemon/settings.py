@@ -6,6 +6,10 @@ Sources, highest priority first: keyword arguments, `HARNESS_R1_*` environment v
 merge field by field, so a YAML file can hold the deployment's settings and one environment
 variable can still override a single nested value.
 
+The defaults are not restated here: each field of the loop, gate, guard and target groups
+takes its default from the domain config it configures (LoopConfig, GateConfig, GuardConfig,
+RunConfig, SamplingConfig), and the CLI's options default to these settings.
+
 The flat fields (data, cache, state_url, kafka_bootstrap, topics, keys) predate the nested
 groups and keep their names and `HARNESS_R1_<FIELD>` variables; the CLI reads them today.
 """
@@ -39,7 +43,12 @@ from pydantic_settings import (
 )
 
 from harness_r1.consumers.security import KafkaSecurity
+from harness_r1.daemon.loop_config import LoopConfig
+from harness_r1.deploy.guard import GuardConfig
 from harness_r1.envs.data import default_data_root
+from harness_r1.harness.policies.base import SamplingConfig
+from harness_r1.harness.runtime import RunConfig
+from harness_r1.sandbox.gate import GateConfig
 
 if TYPE_CHECKING:
     from harness_r1.consumers.kafka import KafkaSettings
@@ -230,16 +239,20 @@ class LoopOptions(_Group):
     candidate patches per packet, each is canaried and gated, winners are released."""
 
     batch_size: int = Field(
-        default=8, ge=1, description="B: failures per batch; a full batch becomes a packet."
+        default=LoopConfig.batch_size,
+        ge=1,
+        description="B: failures per batch; a full batch becomes a packet.",
     )
     batch_window_s: float = Field(
-        default=300.0,
+        default=LoopConfig.batch_window_s,
         gt=0,
         description="T: seconds a batch stays open; a batch closes at B failures or after T.",
     )
-    k: int = Field(default=4, ge=1, description="K: candidate patches the engineer samples.")
+    k: int = Field(
+        default=LoopConfig.k, ge=1, description="K: candidate patches the engineer samples."
+    )
     max_pending_batches: int = Field(
-        default=16,
+        default=LoopConfig.max_pending_batches,
         ge=1,
         description="Back-pressure bound: closed batches waiting for canaries; at the bound "
         "the consumer pauses instead of buffering without limit.",
@@ -248,7 +261,7 @@ class LoopOptions(_Group):
         default=1, ge=1, description="Canary evaluations running at once in this process."
     )
     canary_lease_s: float = Field(
-        default=600.0,
+        default=LoopConfig.lease_s,
         gt=0,
         description="How long a canary worker owns a work item before another may take it.",
     )
@@ -284,44 +297,57 @@ class LoopOptions(_Group):
         default=None, ge=1, description="Episode step limit (default: each env's own)."
     )
     history_turns: int = Field(
-        default=6, ge=0, description="Past exchanges the target sees in its prompt."
+        default=RunConfig.history_turns,
+        ge=0,
+        description="Past exchanges the target sees in its prompt.",
     )
     guard_limit: int = Field(
-        default=20,
+        default=LoopConfig.guard_limit,
         ge=0,
         description="Tasks in the gate's guard set (tasks that already succeed, re-run to "
         "catch regressions).",
     )
     rollout_fraction: float = Field(
-        default=0.5,
+        default=LoopConfig.rollout_fraction,
         gt=0,
         lt=1,
         description="Share of the pool's agents a staged release goes to; the rest are the "
         "live guard's control cohort, so it must stay below 1.",
     )
     release_target: str = Field(
-        default="default", min_length=1, description="Agent pool the releases are for."
+        default=LoopConfig.release_target,
+        min_length=1,
+        description="Agent pool the releases are for.",
     )
     gate_min_batch: int = Field(
-        default=8, ge=1, description="Gate: fewest batch tasks a promotion may rest on."
+        default=GateConfig.min_batch_tasks,
+        ge=1,
+        description="Gate: fewest batch tasks a promotion may rest on.",
     )
     gate_min_guard: int = Field(
-        default=20, ge=0, description="Gate: fewest guard tasks a promotion may rest on."
+        default=GateConfig.min_guard_tasks,
+        ge=0,
+        description="Gate: fewest guard tasks a promotion may rest on.",
     )
     gate_alpha: float = Field(
-        default=0.05, gt=0, lt=1, description="Gate: level of the guard regression test."
+        default=GateConfig.alpha,
+        gt=0,
+        lt=1,
+        description="Gate: level of the guard regression test.",
     )
     max_new_tokens: int = Field(
-        default=96, ge=1, description="Frozen target: tokens generated per decision (canary)."
+        default=SamplingConfig.max_new_tokens,
+        ge=1,
+        description="Frozen target: tokens generated per decision (canary).",
     )
     invalid_reward: float = Field(
-        default=0.0,
+        default=LoopConfig.invalid_reward,
         le=0,
         description="GRPO reward of a stored candidate that does not parse or check (the "
         "paper's flat reward; a negative value makes validity itself learnable).",
     )
     graded_invalid: bool = Field(
-        default=False,
+        default=LoopConfig.graded_invalid,
         description="Grade invalid_reward by how far a candidate got and charge hook faults a "
         "little (trainer.shaping), as `train grpo online --graded-invalid` does.",
     )
@@ -416,23 +442,28 @@ class GuardOptions(_Group):
     """The live guard after a staged release (see harness_r1/deploy/guard.py for the rule)."""
 
     min_episodes: int = Field(
-        default=20, ge=1, description="Episodes per arm before the guard may decide."
+        default=GuardConfig.min_episodes,
+        ge=1,
+        description="Episodes per arm before the guard may decide.",
     )
     max_episodes: int = Field(
-        default=400,
+        default=GuardConfig.max_episodes,
         ge=1,
         description="Episodes per arm after which an undecided release is rolled back "
         "(inconclusive is not promoted).",
     )
     promote_probability: float = Field(
-        default=0.99,
+        default=GuardConfig.promote_probability,
         gt=0.5,
         lt=1,
         description="P(new > control) that promotes; the test re-runs after every batch, so "
         "keep it high (0.95 rolled back equal arms 23% of the time).",
     )
     rollback_probability: float = Field(
-        default=0.99, gt=0.5, lt=1, description="P(new < control) that rolls back."
+        default=GuardConfig.rollback_probability,
+        gt=0.5,
+        lt=1,
+        description="P(new < control) that rolls back.",
     )
 
     @model_validator(mode="after")

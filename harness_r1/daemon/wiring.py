@@ -28,7 +28,8 @@ from harness_r1.contracts import CanaryReport, ControlCommand
 from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
-from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, LoopMetricsSink, TaskIndex
+from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink, TaskIndex
+from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.observability import DaemonMetrics, HealthServer, env_label
 from harness_r1.daemon.proposers import EngineerProposer, Proposer, TemplateProposer
 from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink

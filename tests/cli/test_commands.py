@@ -233,3 +233,42 @@ def test_grpo_is_two_commands_each_with_its_own_source(tmp_path: Path) -> None:
     assert "--graded-invalid" in online.output
     replay = runner.invoke(app, ["train", "grpo", "replay", "--help"], terminal_width=200)
     assert "--graded-invalid" not in replay.output and "--history-turns" not in replay.output
+
+
+class _Stop(Exception):
+    """Raised by the recording stand-in for run_canary: the test needs the request only."""
+
+
+def test_canary_options_default_to_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One source of defaults: an option left out takes the settings' value (here from the
+    environment), an option given wins."""
+    import harness_r1.cli.jobs.canary as canary_job
+    from harness_r1.cli.settings import use_root_config
+
+    seen = []
+
+    def record(request, root, console):  # type: ignore[no-untyped-def]
+        seen.append(request)
+        raise _Stop
+
+    monkeypatch.setattr(canary_job, "run_canary", record)
+    monkeypatch.setenv("HARNESS_R1_LOOP__HISTORY_TURNS", "2")
+    monkeypatch.setenv("HARNESS_R1_LOOP__MAX_NEW_TOKENS", "40")
+    monkeypatch.setenv("HARNESS_R1_LOOP__GATE_MIN_BATCH", "3")
+    monkeypatch.setenv("HARNESS_R1_LOOP__GATE_ALPHA", "0.1")
+    monkeypatch.delenv("HARNESS_R1_CONFIG", raising=False)
+    use_root_config(None)  # forget settings an earlier test loaded
+    patch = tmp_path / "p.patch"
+    base = ["canary", "--env", "dbbench", "--split", "dev", "--patch", str(patch)]
+    assert isinstance(runner.invoke(app, base).exception, _Stop)
+    use_root_config(None)
+    given = [*base, "--history-turns", "5", "--min-batch", "9"]
+    assert isinstance(runner.invoke(app, given).exception, _Stop)
+    defaulted, explicit = seen
+    assert (defaulted.history_turns, defaulted.max_new_tokens) == (2, 40)
+    assert (defaulted.gate.min_batch_tasks, defaulted.gate.alpha) == (3, 0.1)
+    assert defaulted.gate.min_guard_tasks == 20  # not set anywhere: the GateConfig default
+    assert (explicit.history_turns, explicit.gate.min_batch_tasks) == (5, 9)
+    assert explicit.max_new_tokens == 40

@@ -11,7 +11,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from daemon_rig import ReferenceEngineer, canary_for, data_root, failed_trajectories
 
-from harness_r1.daemon.loop import ImprovementLoop, LoopConfig, TaskIndex
+from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
+from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.store import StateStore, ingest_item
 from harness_r1.deploy.publisher import Publisher

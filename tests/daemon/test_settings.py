@@ -258,3 +258,17 @@ def test_a_missing_data_dir_says_where_to_point_it(
         f"data: {tmp_path / 'nowhere'} is not a directory; point it at a data root with "
         "alfworld/, dbbench/, webshop/; set HARNESS_R1_DATA or data in the YAML"
     ]
+
+
+def test_the_defaults_are_the_domain_configs_own() -> None:
+    """One source of defaults: settings left alone give the loop, gate, guard and target
+    exactly the configs those modules default to."""
+    from harness_r1.daemon.loop_config import LoopConfig
+    from harness_r1.daemon.wiring import loop_config
+    from harness_r1.harness.policies.base import SamplingConfig
+    from harness_r1.harness.runtime import RunConfig
+
+    settings = Settings()
+    assert loop_config(settings) == LoopConfig()
+    assert settings.loop.history_turns == RunConfig(agent_id="x").history_turns
+    assert settings.loop.max_new_tokens == SamplingConfig().max_new_tokens
