@@ -1,12 +1,16 @@
 """Shared fixtures. `kafka_broker`: one embedded tansu broker (a real Kafka-protocol broker,
 see harness_r1/consumers/broker.py) for the whole session, started only by tests that ask for it;
-tests keep apart by using their own topic names."""
+tests keep apart by using their own topic names. `pg_url`: a PostgreSQL database of this test
+process's own on the local server, so processes running at once cannot drop each other's
+tables."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from harness_r1.consumers.broker import EmbeddedBroker
 
@@ -18,3 +22,34 @@ def kafka_broker() -> Iterator[EmbeddedBroker]:
         yield broker
     finally:
         broker.close()
+
+
+#: The local PostgreSQL (trust auth); the tests make their own databases on it.
+PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh database named after this process, dropped at the end of the session.
+
+    Why not the shared `test` database: `make mutate` runs two test processes at once, and one
+    process dropping the daemon tables under the other made tests fail for reasons that had
+    nothing to do with the mutant (an equivalent mutant of ingest.py counted as killed).
+    Skips, saying why, where no server answers."""
+    admin = create_engine(
+        PG_SERVER, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 2}
+    )
+    name = f"harness_r1_test_{os.getpid()}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as err:  # any failure to connect means "no server here"
+        admin.dispose()
+        pytest.skip(f"no PostgreSQL answering at {PG_SERVER}: {type(err).__name__}: {err}")
+    try:
+        yield PG_SERVER.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -1,6 +1,6 @@
 """Fixtures shared by the daemon tests: `db_url`, the state store on SQLite and on the local
-PostgreSQL (127.0.0.1:5432, trust auth, database `test`; skipped, saying why, where none
-answers)."""
+PostgreSQL (127.0.0.1:5432, trust auth, a database of this test process's own: `pg_url`;
+skipped, saying why, where none answers)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
-
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def _drop_daemon_tables(engine: Engine) -> None:
@@ -26,16 +24,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'state.db'}"
         return
-    engine = create_engine(PG_URL, connect_args={"connect_timeout": 2})
-    try:
-        with engine.connect():
-            pass
-    except Exception as err:  # any failure to connect means "no server here"
-        engine.dispose()
-        pytest.skip(f"no PostgreSQL answering at {PG_URL}: {type(err).__name__}: {err}")
+    pg_url = request.getfixturevalue("pg_url")  # only here: SQLite runs need no server
+    engine = create_engine(pg_url, connect_args={"connect_timeout": 2})
     _drop_daemon_tables(engine)
     try:
-        yield PG_URL
+        yield pg_url
     finally:
         _drop_daemon_tables(engine)
         engine.dispose()
