@@ -163,6 +163,8 @@ def test_rollback_to_named_and_to_base(rig: Rig) -> None:
     rig.publisher.control(ControlKind.ROLLBACK, "pool-a", overlay_id="base", actor="o", reason="r")
     client.sync()
     assert client.active_overlay_id == "base"
+    with client.lease() as lease:  # base means the base harness: no hooks, not none at all
+        assert (lease.overlay_id, type(lease.hooks)) == ("base", NoHooks)
 
 
 def test_rollback_of_an_overlay_leaves_control_agents_alone(rig: Rig) -> None:
@@ -939,3 +941,52 @@ def test_a_rollback_naming_nothing_leaves_an_agent_on_base_where_it_is(rig: Rig)
     assert client.handle(CONTROL_TOPIC, signed_control(rig, ControlKind.ROLLBACK, 2))
     assert (client.active_overlay_id, client.state.history) == ("base", ["base", a])
     assert (client.state.revoked, client.swaps) == ([b], 3)
+
+
+def test_handle_reports_a_message_that_failed_to_apply_as_not_accepted(rig: Rig) -> None:
+    """The caller of `handle` learns that the release did not take (a disk that refuses the
+    envelope), besides the `error` count."""
+    client = rig.client()
+    overlays = rig.tmp / "agent-0" / "overlays"
+    shutil.rmtree(overlays)
+    overlays.write_bytes(b"not a directory")
+    assert (
+        client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, rig.overlay("a"), 1)) is False
+    )
+    assert client.rejections == {"error": 1} and client.active_overlay_id == "base"
+
+
+def test_each_overlay_draws_its_own_cohort(rig: Rig) -> None:
+    """A staged release's cohort is drawn per overlay: otherwise the same agents would carry
+    every canary and the same agents would always be the control arm."""
+    from harness_r1.deploy.cohort import in_cohort
+
+    overlays = [rig.overlay(f"c{i}") for i in range(20)]
+    inside = [ov for ov in overlays if in_cohort("agent-0", ov, 0.5)]
+    outside = [ov for ov in overlays if not in_cohort("agent-0", ov, 0.5)]
+    assert inside and outside  # 20 draws at one half: both kinds, but for 2 in a million
+    client = rig.client()
+    half = {"rollout_fraction": 0.5}
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, inside[0], 1, **half))
+    assert client.active_overlay_id == inside[0]
+    client.handle(RELEASE_TOPIC, signed_release(rig, rig.signer, outside[0], 2, **half))
+    assert client.active_overlay_id == inside[0]
+
+
+def test_a_restart_keeps_an_overlay_whose_release_has_expired_by_the_wall_clock(
+    rig: Rig,
+) -> None:
+    """The stored envelope is re-verified for its signature only, whatever the clock says: a
+    release accepted two days ago (by the agent's clock then) still loads today."""
+    a = rig.overlay("a")
+    then = datetime.now(UTC) - timedelta(days=2)
+    config = ClientConfig(agent_id="agent-0", target="pool-a", state_dir=rig.tmp / "agent-0")
+    before = OverlayClient(config, rig.keyring, rig.hooks_factory, now=lambda: then)
+    data = signed_release(
+        rig, rig.signer, a, 1, issued_at=then, expires_at=then + timedelta(minutes=10)
+    )
+    assert before.handle(RELEASE_TOPIC, data)
+    today = OverlayClient(config, rig.keyring, rig.hooks_factory)
+    assert today.active_overlay_id == a
+    with today.lease() as lease:
+        assert lease.hooks.overlay_id == a
