@@ -749,3 +749,22 @@ def test_check_file_exit_codes(tmp_path: Path) -> None:
     huge.write_text("x" * 900_000)
     report, code = check_file(huge, None)
     assert code == 2 and report["error"]["code"] == "too_large"
+
+
+def power_of_product(twos: int, nest_right: bool = False) -> str:
+    """`(2 * 2 * ... * 2) ** 2`: a product `twos` factors deep (left-nested as Python parses
+    it, or `2 * (2 * (...))`), squared."""
+    if not nest_right:
+        return in_hook(f"return ({' * '.join(['2'] * twos)}) ** 2")
+    return in_hook(f"return ({'2 * (' * (twos - 1)}2{')' * (twos - 1)}) ** 2")
+
+
+def test_literal_folding_stops_at_its_nesting_bound_and_refuses_beyond() -> None:
+    """The folder of int literals recurses at most 8 levels (a bounded checker, whatever the
+    patch): a product 9 factors deep (8 nested levels) folds to 512 and its square passes; one
+    11 factors deep is not folded, so its power is refused as too large to judge."""
+    for nest_right in (False, True):
+        folded, _ = check_source(power_of_product(9, nest_right), "pre_action")
+        assert folded == [], nest_right
+        unfolded, _ = check_source(power_of_product(11, nest_right), "pre_action")
+        assert [v.code for v in unfolded] == ["literal_bomb"], nest_right
