@@ -768,3 +768,11 @@ def test_literal_folding_stops_at_its_nesting_bound_and_refuses_beyond() -> None
         assert folded == [], nest_right
         unfolded, _ = check_source(power_of_product(11, nest_right), "pre_action")
         assert [v.code for v in unfolded] == ["literal_bomb"], nest_right
+
+
+def test_a_power_is_judged_by_its_value_even_with_exponent_one() -> None:
+    """`N ** 1` is N: a literal power over the limit is refused whatever its exponent."""
+    over, _ = check_source(in_hook("return 10000000000 ** 1"), "pre_action")
+    assert [v.code for v in over] == ["literal_bomb"]
+    under, _ = check_source(in_hook("return 1000000000 ** 1"), "pre_action")
+    assert under == []
