@@ -47,6 +47,7 @@ def engineer_evaluate(
     Example: `harness-r1 engineer evaluate runs/dev.jsonl --env dbbench --split dev --adapter
     artifacts/engineer/v0002 --out heldout.json`"""
     from harness_r1.cli.jobs.engineer_eval import EngineerEvalRequest, run_engineer_eval
+    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.trainer.engineer import EngineerSpec
     from harness_r1.trainer.heldout import HeldOutConfig
 
@@ -62,11 +63,14 @@ def engineer_evaluate(
         out=out,
         limit_packets=limit_packets,
         batch_size=batch_size,
-        max_steps=max_steps,
-        history_turns=or_setting(history_turns, settings.loop.history_turns),
-        prefix_cache=prefix_cache,
+        target=TargetSpec(
+            max_steps=max_steps,
+            history_turns=or_setting(history_turns, settings.loop.history_turns),
+            max_new_tokens=64,
+            prefix_cache=prefix_cache,
+            cache_dir=settings.cache,
+        ),
         baseline_cache=baseline_cache,
-        cache_dir=settings.cache,
     )
     report = run_engineer_eval(request, settings.data_root(), console)
     typer.echo(json.dumps(report.summary(), indent=2))

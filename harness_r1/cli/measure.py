@@ -44,15 +44,11 @@ def eval_command(
 
     Example: `harness-r1 eval --env dbbench --split dev --limit 20 --out runs/dev.jsonl`"""
     from harness_r1.cli.jobs.eval import EvalRequest, run_eval
+    from harness_r1.cli.jobs.target import TargetSpec
 
     settings = cli_settings()
-    request = EvalRequest(
-        env=env,
-        split=split,
-        limit=limit,
-        policy=policy,
-        seed=seed,
-        out=out,
+    target = TargetSpec(
+        kind=policy,
         base_url=base_url,
         model=model,
         temperature=temperature,
@@ -63,6 +59,7 @@ def eval_command(
         cache_dir=settings.cache,
         prefix_cache=prefix_cache,
     )
+    request = EvalRequest(env=env, split=split, limit=limit, seed=seed, out=out, target=target)
     run_eval(request, settings.data_root(), console)
 
 
@@ -97,10 +94,19 @@ def canary_command(
     Example: `harness-r1 canary --env dbbench --split dev --limit 20 --guard-limit 20 --patch
     harness_r1/sandbox/reference_patches/dbbench_lookup.patch`"""
     from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
+    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.sandbox.gate import GateConfig
 
     settings = cli_settings()
     loop = settings.loop
+    target = TargetSpec(
+        max_steps=max_steps,
+        history_turns=or_setting(history_turns, loop.history_turns),
+        lockstep=lockstep,
+        max_new_tokens=or_setting(max_new_tokens, loop.max_new_tokens),
+        cache_dir=settings.cache,
+        prefix_cache=prefix_cache,
+    )
     request = CanaryRequest(
         env=env,
         split=split,
@@ -108,15 +114,10 @@ def canary_command(
         limit=limit,
         seed=seed,
         guard_limit=guard_limit,
-        max_steps=max_steps,
-        history_turns=or_setting(history_turns, loop.history_turns),
-        lockstep=lockstep,
-        max_new_tokens=or_setting(max_new_tokens, loop.max_new_tokens),
+        target=target,
         allow_unisolated=allow_unisolated,
         control=control,
         out=out,
-        cache_dir=settings.cache,
-        prefix_cache=prefix_cache,
         gate=GateConfig(
             min_batch_tasks=or_setting(min_batch, loop.gate_min_batch),
             min_guard_tasks=or_setting(min_guard, loop.gate_min_guard),

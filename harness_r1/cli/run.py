@@ -53,6 +53,7 @@ def demo(
         run_demo(options, settings.data_root(), settings.cache, Console(width=160))
         return
     from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
+    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.sandbox.gate import GateConfig
     from harness_r1.sandbox.patchfile import REFERENCE_DIR
 
@@ -71,11 +72,13 @@ def demo(
             split=split,
             patches=[REFERENCE_DIR / f"{patches[env]}.patch"],
             limit=limit,
-            max_steps=max_steps or 12,
-            history_turns=3,
-            max_new_tokens=64,
-            lockstep=limit,
-            cache_dir=settings.cache,
+            target=TargetSpec(
+                max_steps=max_steps or 12,
+                history_turns=3,
+                max_new_tokens=64,
+                lockstep=limit,
+                cache_dir=settings.cache,
+            ),
             gate=GateConfig(min_batch_tasks=1, min_guard_tasks=0),
         )
         report, guard, decisions = run_canary(request, root, console)

@@ -43,28 +43,31 @@ def coldstart(
 
     Example: `harness-r1 train coldstart runs/train.jsonl --env dbbench --split standard --out
     runs/cs`"""
-    from harness_r1.trainer.coldstart import coldstart_command
+    from harness_r1.cli.jobs.coldstart import ColdStartRequest, run_coldstart
+    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
 
     settings = cli_settings()
-    stats = coldstart_command(
-        runs,
-        env,
-        split,
-        settings.data_root(),
-        out,
+    request = ColdStartRequest(
+        runs=list(runs),
+        env=env,
+        split=split,
+        out_dir=out,
         k=k,
         limit_packets=limit_packets,
         seed=seed,
-        max_steps=max_steps,
-        history_turns=or_setting(history_turns, settings.loop.history_turns),
         batch_size=batch_size,
-        max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
         baseline_cache=baseline_cache,
-        cache_dir=settings.cache,
-        prefix_cache=prefix_cache,
-        teacher=TemplateTeacher(TeacherConfig(max_templates=max_templates)),
+        target=TargetSpec(
+            max_steps=max_steps,
+            history_turns=or_setting(history_turns, settings.loop.history_turns),
+            max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
+            cache_dir=settings.cache,
+            prefix_cache=prefix_cache,
+        ),
     )
+    teacher = TemplateTeacher(TeacherConfig(max_templates=max_templates))
+    stats = run_coldstart(request, settings.data_root(), teacher=teacher)
     typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
 
 

@@ -57,7 +57,6 @@ from typing import IO, Any
 
 import structlog
 
-from harness_r1.consumers.packets import PacketConfig
 from harness_r1.contracts import (
     CanaryReport,
     CandidateResult,
@@ -65,29 +64,19 @@ from harness_r1.contracts import (
     FailurePacket,
     Patch,
 )
-from harness_r1.envs import get_suite
-from harness_r1.harness import RunConfig
-from harness_r1.harness.policies.base import Policy, SamplingConfig
-from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.sandbox.canary import (
     WORKER_EVENTS,
-    BaselineCache,
     CanaryRunner,
     Candidate,
     InfraFailure,
 )
-from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.trainer.coldstart_sources import (
-    CanaryScope,
     PacketSource,
-    SourceConfig,
-    sources_from_runs,
 )
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.prompt import ChatMessage, PromptConfig, engineer_messages
 from harness_r1.trainer.propose import Proposal, classify
-from harness_r1.trainer.teacher import Teacher, TemplateTeacher, templates_in
+from harness_r1.trainer.teacher import Teacher, templates_in
 
 __all__ = [
     "DATASET_FILE",
@@ -101,7 +90,6 @@ __all__ = [
     "PacketSource",
     "PacketStats",
     "build_coldstart",
-    "coldstart_command",
     "judge",
 ]
 
@@ -652,86 +640,3 @@ def build_coldstart(
     paths["stats"].write_text(body, encoding="utf-8")
     paths["stats"].replace(out_dir / STATS_FILE)
     return stats
-
-
-# -- the command ----------------------------------------------------------------------------
-
-
-def coldstart_command(
-    runs: Sequence[Path],
-    env: str,
-    split: str,
-    data_root: Path,
-    out_dir: Path,
-    k: int = 4,
-    limit_packets: int | None = None,
-    policy: PolicySpec | Policy | None = None,
-    *,
-    teacher: Teacher | None = None,
-    seed: int = 0,
-    min_delta: float = 0.0,
-    require_effect: bool = False,
-    batch_size: int = 8,
-    scope: CanaryScope = "batch",
-    packet_config: PacketConfig | None = None,
-    max_steps: int | None = None,
-    history_turns: int = 6,
-    lockstep: int = 8,
-    max_new_tokens: int = 96,
-    cache_dir: Path | None = None,
-    baseline_cache: Path | None = None,
-    sandbox: SandboxConfig | None = None,
-    prefix_cache: bool = False,
-    on_packet: Callable[[PacketStats], None] | None = None,
-) -> ColdStartStats:
-    """`harness-r1 train coldstart`: packets from training-split runs (`runs`: trajectories
-    JSONL files of `env`/`split`), K proposals each from the teacher (default: the template
-    teacher), canaried on the frozen target (default: the embedded SmolLM2, greedy; a
-    PolicySpec is built here and a Policy object is used as given) with the patches in the
-    isolated worker. `limit_packets` caps the packets used; `batch_size` is the trajectories per
-    packet; `baseline_cache` keeps baselines on disk across runs; `cache_dir` holds converted
-    embedded checkpoints; `prefix_cache` has the built target reuse prompt-prefix KV (faster
-    canaries on CPU, same greedy tokens: BENCHMARKS.md). Writes the dataset into `out_dir`
-    (see `build_coldstart`)."""
-    source_config = SourceConfig(
-        batch_size=batch_size, scope=scope, packet=packet_config or PacketConfig()
-    )
-    sources = sources_from_runs(list(runs), env, split, data_root, source_config)
-    if isinstance(policy, PolicySpec) or policy is None:
-        spec = policy or PolicySpec(
-            max_batch=lockstep,
-            sampling=SamplingConfig(max_new_tokens=max_new_tokens),
-            cache_dir=cache_dir,
-            prefix_cache=prefix_cache,
-        )
-        target: Policy = build_policy(spec)
-    else:
-        target = policy
-    run = RunConfig(
-        agent_id="coldstart", max_steps=max_steps, history_turns=history_turns, lockstep=lockstep
-    )
-    config = ColdStartConfig(
-        k=k,
-        seed=seed,
-        min_delta=min_delta,
-        require_effect=require_effect,
-        max_packets=limit_packets,
-    )
-    runner = build_canary_runner(
-        get_suite(env),
-        target,
-        data_root,
-        run,
-        sandbox=sandbox,
-        limits=config.prompt.limits,
-        cache=BaselineCache(baseline_cache),
-    )
-    try:
-        return build_coldstart(
-            sources, teacher or TemplateTeacher(), runner, config, out_dir, on_packet=on_packet
-        )
-    finally:
-        runner.runtime.close()
-        close = getattr(target, "close", None)
-        if callable(close):
-            close()

@@ -267,8 +267,8 @@ def test_canary_options_default_to_the_settings(
     given = [*base, "--history-turns", "5", "--min-batch", "9"]
     assert isinstance(runner.invoke(app, given).exception, _Stop)
     defaulted, explicit = seen
-    assert (defaulted.history_turns, defaulted.max_new_tokens) == (2, 40)
+    assert (defaulted.target.history_turns, defaulted.target.max_new_tokens) == (2, 40)
     assert (defaulted.gate.min_batch_tasks, defaulted.gate.alpha) == (3, 0.1)
     assert defaulted.gate.min_guard_tasks == 20  # not set anywhere: the GateConfig default
-    assert (explicit.history_turns, explicit.gate.min_batch_tasks) == (5, 9)
-    assert explicit.max_new_tokens == 40
+    assert (explicit.target.history_turns, explicit.gate.min_batch_tasks) == (5, 9)
+    assert explicit.target.max_new_tokens == 40

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from harness_r1.cli.jobs.coldstart import ColdStartRequest, run_coldstart
+from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.contracts import (
     CandidateResult,
     FailurePacket,
@@ -38,7 +40,6 @@ from harness_r1.trainer.coldstart import (
     STATS_FILE,
     ColdStartConfig,
     build_coldstart,
-    coldstart_command,
     judge,
 )
 from harness_r1.trainer.coldstart_sources import (
@@ -349,19 +350,19 @@ def test_judge_rules() -> None:
     assert judge(infra, config) == ["infra_error"]
 
 
-def test_coldstart_command(world: dict[str, Any], tmp_path: Path) -> None:
-    stats = coldstart_command(
+def test_the_coldstart_job_writes_the_dataset(world: dict[str, Any], tmp_path: Path) -> None:
+    request = ColdStartRequest(
         [world["runs"]],
         ENV,
         SPLIT,
-        world["root"],
         tmp_path,
         k=2,
         limit_packets=1,
-        policy=scripted_target(world["known"]),  # the test double, not the embedded model
         batch_size=4,
-        max_steps=MAX_STEPS,
+        target=TargetSpec(max_steps=MAX_STEPS),
     )
+    # the test double, not the embedded model
+    stats = run_coldstart(request, world["root"], target=scripted_target(world["known"]))
     assert stats.packets == 1 and stats.packets_available == 2 and stats.proposals == 2
     assert stats.kept + sum(stats.rejected.values()) == 2
     assert all((tmp_path / name).is_file() for name in FILES)

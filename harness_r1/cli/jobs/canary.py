@@ -10,11 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.contracts import CanaryReport
 from harness_r1.envs import get_suite
-from harness_r1.harness import RunConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import (
     WORKER_EVENTS,
@@ -37,15 +35,10 @@ class CanaryRequest:
     limit: int | None = 20
     seed: int = 0
     guard_limit: int = 0
-    max_steps: int | None = None
-    history_turns: int = 6
-    lockstep: int = 8
-    max_new_tokens: int = 96
+    target: TargetSpec = field(default_factory=TargetSpec)
     allow_unisolated: bool = False
     control: bool = False
     out: Path | None = None
-    cache_dir: Path | None = None
-    prefix_cache: bool = False
     gate: GateConfig = field(default_factory=GateConfig)
 
 
@@ -83,26 +76,12 @@ def run_canary(
     tasks = spread(all_tasks, request.limit)
     chosen = {t.task_id for t in tasks}
     guard_tasks = spread([t for t in all_tasks if t.task_id not in chosen], request.guard_limit)
-    sampling = SamplingConfig(max_new_tokens=request.max_new_tokens)
-    policy = build_policy(
-        PolicySpec(
-            max_batch=request.lockstep,
-            sampling=sampling,
-            cache_dir=request.cache_dir,
-            prefix_cache=request.prefix_cache,
-        )
-    )
-    config = RunConfig(
-        agent_id="canary",
-        max_steps=request.max_steps,
-        history_turns=request.history_turns,
-        lockstep=request.lockstep,
-    )
+    policy = request.target.build_policy()
     runner = build_canary_runner(
         suite,
         policy,
         data_root,
-        config,
+        request.target.run_config("canary"),
         sandbox=SandboxConfig(allow_unisolated=request.allow_unisolated),
         canary=CanaryConfig(control=request.control),
     )

@@ -9,15 +9,13 @@ per version with the same runs, seed and `--baseline-cache`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
+from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.envs import get_suite
-from harness_r1.harness import RunConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.sandbox.canary import BaselineCache
 from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
@@ -35,13 +33,8 @@ class EngineerEvalRequest:
     out: Path | None = None
     limit_packets: int | None = None
     batch_size: int = 8
-    max_steps: int | None = None
-    history_turns: int = 3
-    lockstep: int = 8
-    max_new_tokens: int = 64
-    prefix_cache: bool = False
+    target: TargetSpec = field(default_factory=lambda: TargetSpec(max_new_tokens=64))
     baseline_cache: Path | None = None
-    cache_dir: Path | None = None
 
 
 def run_engineer_eval(
@@ -56,25 +49,12 @@ def run_engineer_eval(
     )[: request.limit_packets]
     if not sources:
         raise SystemExit("no failed episodes in the runs: no held-out packet to propose for")
-    target = build_policy(
-        PolicySpec(
-            max_batch=request.lockstep,
-            sampling=SamplingConfig(max_new_tokens=request.max_new_tokens),
-            cache_dir=request.cache_dir,
-            prefix_cache=request.prefix_cache,
-        )
-    )
-    run = RunConfig(
-        agent_id="engineer-eval",
-        max_steps=request.max_steps,
-        history_turns=request.history_turns,
-        lockstep=request.lockstep,
-    )
+    target = request.target.build_policy()
     runner = build_canary_runner(
         get_suite(request.env),
         target,
         data_root,
-        run,
+        request.target.run_config("engineer-eval"),
         cache=BaselineCache(request.baseline_cache),
     )
     runtime = runner.runtime

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.contracts import Trajectory
 from harness_r1.envs import get_suite
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks
 from harness_r1.harness.evaluation import summarize
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.factory import PolicySpec, build_policy
 from harness_r1.harness.tasks import spread
 
 
@@ -23,18 +22,9 @@ class EvalRequest:
     env: str
     split: str
     limit: int | None = None
-    policy: str = "smollm2"
     seed: int = 0
     out: Path | None = None
-    base_url: str | None = None
-    model: str | None = None
-    temperature: float = 0.0
-    max_steps: int | None = None
-    lockstep: int = 8
-    max_new_tokens: int = 96
-    history_turns: int = 6
-    cache_dir: Path | None = None
-    prefix_cache: bool = False
+    target: TargetSpec = field(default_factory=TargetSpec)
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -61,31 +51,8 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
             f"unknown split {request.split!r} for {request.env}; known: {', '.join(suite.splits)}"
         )
     tasks = spread(suite.load_tasks(data_root, request.split), request.limit)
-    sampling = SamplingConfig(
-        temperature=request.temperature, max_new_tokens=request.max_new_tokens
-    )
-    policy = build_policy(
-        PolicySpec(
-            kind=request.policy,
-            base_url=request.base_url,
-            model=request.model,
-            max_batch=request.lockstep,
-            sampling=sampling,
-            cache_dir=request.cache_dir,
-            prefix_cache=request.prefix_cache,
-        )
-    )
-    runtime = HarnessRuntime(
-        suite,
-        policy,
-        data_root,
-        RunConfig(
-            agent_id="eval",
-            max_steps=request.max_steps,
-            lockstep=request.lockstep,
-            history_turns=request.history_turns,
-        ),
-    )
+    policy = request.target.build_policy()
+    runtime = HarnessRuntime(suite, policy, data_root, request.target.run_config("eval"))
     specs = [
         EpisodeSpec(task=t, seed=request.seed + i, hooks=NoHooks()) for i, t in enumerate(tasks)
     ]
