@@ -28,7 +28,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.policies.local_models import turn_stop_ids
-from harness_r1.harness.policies.openai_http import _retryable
+from harness_r1.harness.policies.openai_http import retryable_http_error
 
 #: Default completion budget: the example patches of the prompt take 150-300 tokens.
 DEFAULT_MAX_NEW_TOKENS = 768
@@ -327,7 +327,7 @@ class OpenAIEngineer:
             transport=transport,
         )
         self._post = retry(
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(retryable_http_error),
             stop=stop_after_attempt(attempts),
             wait=wait_exponential(multiplier=0.2, max=5.0),
             reraise=True,

@@ -26,7 +26,7 @@ from harness_r1.harness.policies.base import (
 )
 
 
-def _retryable(err: BaseException) -> bool:
+def retryable_http_error(err: BaseException) -> bool:
     if isinstance(err, httpx.TransportError):
         return True
     if isinstance(err, httpx.HTTPStatusError):
@@ -64,7 +64,7 @@ class OpenAIChatPolicy:
             transport=transport,
         )
         self._post = retry(
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(retryable_http_error),
             stop=stop_after_attempt(attempts),
             wait=wait_exponential(multiplier=0.2, max=5.0),
             reraise=True,
