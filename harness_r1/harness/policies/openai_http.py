@@ -27,6 +27,8 @@ from harness_r1.harness.policies.base import (
 
 
 def retryable_http_error(err: BaseException) -> bool:
+    """Transport errors, 429 and 5xx are worth another try; any other 4xx is our request's
+    fault and would fail again."""
     if isinstance(err, httpx.TransportError):
         return True
     if isinstance(err, httpx.HTTPStatusError):
