@@ -45,7 +45,8 @@ def coldstart(
     runs/cs`"""
     from harness_r1.cli.jobs.coldstart import ColdStartRequest, run_coldstart
     from harness_r1.cli.jobs.target import TargetSpec
-    from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
+    from harness_r1.trainer.teacher import TeacherConfig
+    from harness_r1.trainer.writers import TemplateWriter
 
     settings = cli_settings()
     request = ColdStartRequest(
@@ -66,7 +67,7 @@ def coldstart(
             prefix_cache=prefix_cache,
         ),
     )
-    teacher = TemplateTeacher(TeacherConfig(max_templates=max_templates))
+    teacher = TemplateWriter(TeacherConfig(max_templates=max_templates))
     stats = run_coldstart(request, settings.data_root(), teacher=teacher)
     typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
 

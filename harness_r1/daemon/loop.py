@@ -36,7 +36,6 @@ import structlog
 from harness_r1.consumers.packets import build_packet
 from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
 from harness_r1.daemon.loop_config import LoopConfig
-from harness_r1.daemon.proposers import Proposer
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
 from harness_r1.deploy.guard import GuardDecision, Verdict, judge
 from harness_r1.deploy.guard_loop import enact
@@ -52,6 +51,7 @@ from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.propose import Proposal, classify
 from harness_r1.trainer.replay import ReplayGroup
 from harness_r1.trainer.shaping import InvalidRewardShape
+from harness_r1.trainer.writers import PatchWriter
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +111,7 @@ class ImprovementLoop:
         self,
         store: StateStore,
         registry: OverlayRegistry,
-        proposer: Proposer,
+        proposer: PatchWriter,
         canary_for: Callable[[str], Evaluator],
         tasks: TaskIndex,
         config: LoopConfig | None = None,
@@ -136,7 +136,7 @@ class ImprovementLoop:
             DAEMON_ACTOR,
         )
 
-    def swap_proposer(self, proposer: Proposer) -> None:
+    def swap_proposer(self, proposer: PatchWriter) -> None:
         """Use `proposer` for the batches that start from now on (a new engineer version after
         a GRPO update); a batch already running keeps the one it started with, so its samples
         and its stored group name the engineer that wrote them."""

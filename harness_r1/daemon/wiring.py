@@ -31,7 +31,6 @@ from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.observability import DaemonMetrics, HealthServer, env_label
-from harness_r1.daemon.proposers import EngineerProposer, Proposer, TemplateProposer
 from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
@@ -42,6 +41,7 @@ from harness_r1.deploy.signing import Keyring, Signer
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
+from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
 
 log = structlog.get_logger(__name__)
 
@@ -166,11 +166,11 @@ def _lazy_data_root(settings: Settings) -> Callable[[], Path]:
     return resolve
 
 
-def build_proposer(settings: Settings, adapter: Path | None = None) -> Proposer:
+def build_proposer(settings: Settings, adapter: Path | None = None) -> PatchWriter:
     """The configured engineer, with `adapter` (default: the latest published version)."""
     loop = settings.loop
     if loop.engineer_backend == "template":
-        return TemplateProposer()
+        return TemplateWriter()
     from harness_r1.trainer.engineer import EngineerSpec, build_engineer
     from harness_r1.trainer.versions import latest_version
 
@@ -185,7 +185,7 @@ def build_proposer(settings: Settings, adapter: Path | None = None) -> Proposer:
         cache_dir=settings.cache,
         token_ids=True,
     )
-    return EngineerProposer(build_engineer(spec))
+    return EngineerWriter(build_engineer(spec))
 
 
 @dataclass
@@ -233,7 +233,7 @@ def loop_config(settings: Settings) -> LoopConfig:
 def build_daemon(
     settings: Settings,
     *,
-    proposer: Proposer | None = None,
+    proposer: PatchWriter | None = None,
     canary_for: Callable[[str], Evaluator] | None = None,
     key: str = "main",
     extra_topics: Sequence[str] = (),

@@ -76,7 +76,8 @@ from harness_r1.trainer.coldstart_sources import (
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.prompt import ChatMessage, PromptConfig, engineer_messages
 from harness_r1.trainer.propose import Proposal, classify
-from harness_r1.trainer.teacher import Teacher, templates_in
+from harness_r1.trainer.teacher import templates_in
+from harness_r1.trainer.writers import PatchWriter
 
 __all__ = [
     "DATASET_FILE",
@@ -467,16 +468,15 @@ def _detail(result: CandidateResult, reasons: list[str]) -> str:
 
 def run_packet(
     source: PacketSource,
-    teacher: Teacher,
+    teacher: PatchWriter,
     runner: CanaryRunner,
     config: ColdStartConfig,
-    teacher_name: str,
 ) -> _PacketRows:
     """Propose, check, canary and judge one packet's K proposals."""
     packet: FailurePacket = source.packet
     rows = _PacketRows(PacketStats(packet.packet_id, packet.env, len(source.tasks)))
     try:
-        texts = teacher.propose(packet, config.k, config.seed)
+        texts = [sample.text for sample in teacher.samples(packet, config.k, config.seed)]
     except Exception as err:  # noqa: BLE001 - a teacher failure is recorded, not fatal
         rows.stats.teacher_error = f"{type(err).__name__}: {err}"
         log.warning("coldstart.teacher_failed", packet=packet.packet_id[:12], error=str(err))
@@ -506,7 +506,7 @@ def run_packet(
         else:
             reasons = judge(result, config)
             detail = _detail(result, reasons)
-        metadata = _metadata(source, teacher_name, config, proposal, candidate_id, report, result)
+        metadata = _metadata(source, teacher.name, config, proposal, candidate_id, report, result)
         if reasons:
             rows.stats.rejected[reasons[0]] += 1
             rows.rejected.append(rejected_row(proposal, reasons, detail, metadata))
@@ -547,11 +547,6 @@ def _runners(
     return dict(runner)
 
 
-def _teacher_name(teacher: Teacher) -> str:
-    name = getattr(teacher, "name", None)
-    return name if isinstance(name, str) else type(teacher).__name__
-
-
 def _commit(handle: IO[str], tmp: Path, final: Path) -> None:
     handle.flush()
     os.fsync(handle.fileno())
@@ -561,7 +556,7 @@ def _commit(handle: IO[str], tmp: Path, final: Path) -> None:
 
 def build_coldstart(
     sources: Sequence[PacketSource],
-    teacher: Teacher,
+    teacher: PatchWriter,
     runner: CanaryRunner | Mapping[str, CanaryRunner],
     config: ColdStartConfig | None,
     out_dir: Path,
@@ -577,7 +572,7 @@ def build_coldstart(
     out_dir = Path(out_dir)
     chosen = list(sources)[: config.max_packets] if config.max_packets is not None else sources
     runners = _runners(runner, chosen)
-    name = _teacher_name(teacher)
+    name = teacher.name
     for env in sorted({s.env for s in chosen}):
         ref = runners[env].target
         target = f"{ref.model_id}@{ref.version}"
@@ -612,7 +607,7 @@ def build_coldstart(
     try:
         for source in chosen:
             packets.write(_line(packet_row(source)))
-            rows = run_packet(source, teacher, runners[source.env], config, name)
+            rows = run_packet(source, teacher, runners[source.env], config)
             for row in rows.kept:
                 dataset.write(_line(row))
             for row in rows.rejected:

@@ -1,9 +1,10 @@
 """Teachers for the engineer's cold start: something that writes K candidate patches for a
 failure packet, in the engineer's exact output format `<think>...</think><patch>{json}</patch>`.
 
-`Teacher` is the protocol (an OpenAI-compatible teacher is another implementation, elsewhere).
-`TemplateTeacher` is the offline one: a library of parameterised hook templates
-(`harness_r1/trainer/templates/`), chosen and tuned from the packet's runtime signals.
+The role is `trainer.writers.PatchWriter` (`TemplateWriter` wraps this teacher; an engineer
+model is the other kind). `TemplateTeacher` is the offline teacher: a library of parameterised
+hook templates (`harness_r1/trainer/templates/`), chosen and tuned from the packet's runtime
+signals.
 
 How the template teacher decides (deterministic for the packet's bytes, k and seed):
 1. Features: the packet's signals as rates in [0, 1] (invalid actions per step, "Nothing
@@ -33,7 +34,7 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from harness_r1.contracts import FailurePacket, HookCode, HookName, Patch
 from harness_r1.sandbox.intake import check
@@ -50,7 +51,6 @@ from harness_r1.trainer.templates.base import (
 
 __all__ = [
     "Proposal",
-    "Teacher",
     "TeacherConfig",
     "TemplateChoice",
     "TemplateTeacher",
@@ -98,13 +98,6 @@ SUMMARY_SIGNALS: tuple[str, ...] = (
     "step_limit",
     "wrong_end",
 )
-
-
-@runtime_checkable
-class Teacher(Protocol):
-    """Writes K candidate patches for a packet, each in the engineer's output format."""
-
-    def propose(self, packet: FailurePacket, k: int, seed: int) -> list[str]: ...
 
 
 @dataclass(frozen=True)

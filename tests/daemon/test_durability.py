@@ -37,10 +37,10 @@ from harness_r1.consumers.kafka import KafkaSettings, ensure_topics, make_produc
 from harness_r1.consumers.packets import is_failure
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
 from harness_r1.contracts.trajectory import Step
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import KafkaOptions, LoopOptions, MetricsOptions, Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import build_daemon
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -375,7 +375,7 @@ def test_broker_restart_on_durable_storage_neither_crashes_nor_reingests(
             loop=LoopOptions(batch_size=NEVER_BATCH, batch_window_s=NEVER_WINDOW_S),
             metrics=MetricsOptions(port=0),
         )
-        built = build_daemon(settings, proposer=TemplateProposer(), key=uuid.uuid4().hex)
+        built = build_daemon(settings, proposer=TemplateWriter(), key=uuid.uuid4().hex)
         daemon, store = built.daemon, built.daemon.store
         daemon.start()
         try:

@@ -23,13 +23,13 @@ from typer.testing import CliRunner
 from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import BroadcastReader, make_producer, publish
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings, load_settings
 from harness_r1.daemon.store import IngestLease
 from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.deploy.publisher import Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.deploy.signing import Signer, generate_keypair
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -62,7 +62,7 @@ def config(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Path:
 
 @pytest.fixture
 def daemon(config: Path) -> Iterator[Built]:
-    built = build_daemon(load_settings(config), proposer=TemplateProposer(), key=uuid.uuid4().hex)
+    built = build_daemon(load_settings(config), proposer=TemplateWriter(), key=uuid.uuid4().hex)
     built.health.start()
     built.daemon.start()
     yield built

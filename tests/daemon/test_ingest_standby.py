@@ -21,10 +21,10 @@ from test_durability import synthetic_trajectory, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import Built, build_daemon
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def settings(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Settings:
 @pytest.fixture
 def pair(settings: Settings) -> Iterator[list[Built]]:
     built = [
-        build_daemon(settings, proposer=TemplateProposer(), key=uuid.uuid4().hex) for _ in range(2)
+        build_daemon(settings, proposer=TemplateWriter(), key=uuid.uuid4().hex) for _ in range(2)
     ]
     for b in built:
         b.daemon.start()

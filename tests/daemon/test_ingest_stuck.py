@@ -20,9 +20,9 @@ from test_durability import synthetic_trajectory, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import make_producer, publish
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 RECORDS = 300
@@ -35,7 +35,7 @@ def settings(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Settings:
 
 @pytest.fixture
 def daemon(settings: Settings) -> Iterator[Built]:
-    built = build_daemon(settings, proposer=TemplateProposer(), key=uuid.uuid4().hex)
+    built = build_daemon(settings, proposer=TemplateWriter(), key=uuid.uuid4().hex)
     built.health.start()
     yield built
     built.daemon.stop()

@@ -13,12 +13,12 @@ from daemon_rig import ReferenceEngineer, canary_for, data_root, failed_trajecto
 
 from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.store import StateStore, ingest_item
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.deploy.signing import Signer
 from harness_r1.trainer.engineer import EngineerSample
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def test_failures_to_promoted_overlay_and_grpo_group(tmp_path: Path) -> None:
 
 
 def test_template_teacher_batch_is_evaluated_and_stored(tmp_path: Path) -> None:
-    loop, store, registry, _ = build(tmp_path, TemplateProposer(), k=2, guard_limit=0)
+    loop, store, registry, _ = build(tmp_path, TemplateWriter(), k=2, guard_limit=0)
     ingest(store, failed_trajectories(8, offset=1))
     assert loop.flush(datetime.now(UTC) + timedelta(hours=1)) == 1  # the window expired
     outcome = loop.work_once("w1")
@@ -139,7 +139,7 @@ def test_a_patch_the_canary_validator_refuses_gets_the_runner_grade(tmp_path: Pa
 
 
 def test_back_pressure_keeps_failures_buffered(tmp_path: Path) -> None:
-    loop, store, _, _ = build(tmp_path, TemplateProposer(), batch_size=2, max_pending_batches=2)
+    loop, store, _, _ = build(tmp_path, TemplateWriter(), batch_size=2, max_pending_batches=2)
     ingest(store, failed_trajectories(8, offset=2))
     assert loop.flush() == 2
     assert loop.flush() == 0  # two batches wait: nothing more is sealed, nothing dropped
@@ -150,7 +150,7 @@ def test_infrastructure_failure_is_retried_not_rewarded(tmp_path: Path) -> None:
     def broken(env: str):  # type: ignore[no-untyped-def]
         raise ConnectionError("target model unreachable")
 
-    loop, store, _, _ = build(tmp_path, TemplateProposer(), batch_size=4, max_attempts=2)
+    loop, store, _, _ = build(tmp_path, TemplateWriter(), batch_size=4, max_attempts=2)
     loop.canary_for = broken
     ingest(store, failed_trajectories(4, offset=3))
     loop.flush()

@@ -20,8 +20,8 @@ from test_durability import wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import make_producer, publish
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.wiring import Built, build_daemon
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
 def daemon(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Iterator[Built]:
     settings = ingest_settings(tmp_path, kafka_broker.bootstrap)
     run = uuid.uuid4().hex[:8]
-    built = build_daemon(settings, proposer=TemplateProposer(), key=run)
+    built = build_daemon(settings, proposer=TemplateWriter(), key=run)
     built.health.start()
     built.daemon.start()
     producer = make_producer(settings.kafka_client())

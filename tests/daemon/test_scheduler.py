@@ -12,9 +12,9 @@ import pytest
 from daemon_rig import canary_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.daemon.proposers import TemplateProposer
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import build_daemon
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def test_jobs_survive_a_restart_with_their_schedule(
         metrics={"port": 0},
     )
     key = f"sched-{run}"
-    built = build_daemon(settings, proposer=TemplateProposer(), canary_for=canary_for, key=key)
+    built = build_daemon(settings, proposer=TemplateWriter(), canary_for=canary_for, key=key)
     built.daemon.start()
     first = next_runs(tmp_path / "state.db")
     built.daemon.stop()
@@ -47,7 +47,7 @@ def test_jobs_survive_a_restart_with_their_schedule(
         f"{key}:{name}" for name in ("flush", "guard", "grpo", "retention", "announce")
     }
     time.sleep(1.5)
-    again = build_daemon(settings, proposer=TemplateProposer(), canary_for=canary_for, key=key)
+    again = build_daemon(settings, proposer=TemplateWriter(), canary_for=canary_for, key=key)
     again.daemon.start()
     second = next_runs(tmp_path / "state.db")
     again.daemon.stop()

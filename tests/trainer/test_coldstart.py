@@ -49,8 +49,10 @@ from harness_r1.trainer.coldstart_sources import (
     sources_from_runs,
     sources_from_trajectories,
 )
+from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.prompt import engineer_messages
-from harness_r1.trainer.teacher import TemplateTeacher, format_output
+from harness_r1.trainer.teacher import format_output
+from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +187,7 @@ def test_sources_from_runs_check_env_split_and_registry(
 
 
 def test_template_teacher_dataset(world: dict[str, Any], tmp_path: Path) -> None:
-    stats = build(world, TemplateTeacher(), tmp_path / "a", k=4)
+    stats = build(world, TemplateWriter(), tmp_path / "a", k=4)
     dataset = read_jsonl(tmp_path / "a" / DATASET_FILE)
     rejected = read_jsonl(tmp_path / "a" / REJECTED_FILE)
     body = json.loads((tmp_path / "a" / STATS_FILE).read_text())
@@ -225,7 +227,7 @@ def test_template_teacher_dataset(world: dict[str, Any], tmp_path: Path) -> None
     assert [r["seeds"] for r in used] == [list(s.seeds) for s in world["sources"]]
 
     # deterministic: a second build (fresh runner, fresh baseline) gives the same bytes
-    build(world, TemplateTeacher(), tmp_path / "b", k=4)
+    build(world, TemplateWriter(), tmp_path / "b", k=4)
     for name in FILES:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -245,6 +247,9 @@ class ScriptedTeacher:
     """A teacher test double: one proposal for each way a proposal can end."""
 
     name = "scripted-teacher"
+
+    def samples(self, packet: FailurePacket, k: int, seed: int) -> list[EngineerSample]:
+        return [EngineerSample(text=text) for text in self.propose(packet, k, seed)]
 
     def propose(self, packet: FailurePacket, k: int, seed: int) -> list[str]:
         return [

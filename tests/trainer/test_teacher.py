@@ -25,13 +25,13 @@ from harness_r1.sandbox.hooklib import hook_globals
 from harness_r1.sandbox.parse import parse_engineer_output
 from harness_r1.sandbox.static import check_patch, check_source
 from harness_r1.trainer.teacher import (
-    Teacher,
     TemplateChoice,
     TemplateTeacher,
     library_table,
     templates_in,
 )
 from harness_r1.trainer.templates import TEMPLATES, RenderContext
+from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
 DATA_ROOT = Path("/work/shared/benchmarks")
 ENVS = ("alfworld", "dbbench", "webshop")
@@ -201,7 +201,7 @@ def test_parameters_are_clamped_into_their_ranges() -> None:
 @pytest.mark.parametrize("env", ENVS)
 def test_proposals_parse_pass_static_checks_and_are_deterministic(env: str) -> None:
     teacher = TemplateTeacher()
-    assert isinstance(teacher, Teacher)
+    assert isinstance(TemplateWriter(), PatchWriter)
     for packet in (PACKETS[env](), quiet_packet(env)):
         texts = teacher.propose(packet, 4, seed=7)
         assert len(texts) == 4

@@ -22,7 +22,7 @@ from harness_r1.trainer.coldstart import (
     build_coldstart,
 )
 from harness_r1.trainer.coldstart_sources import CanaryScope, SourceConfig, sources_from_runs
-from harness_r1.trainer.teacher import Teacher, TemplateTeacher
+from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def run_coldstart(
     data_root: Path,
     *,
     target: Policy | None = None,
-    teacher: Teacher | None = None,
+    teacher: PatchWriter | None = None,
     sandbox: SandboxConfig | None = None,
     on_packet: Callable[[PacketStats], None] | None = None,
 ) -> ColdStartStats:
@@ -85,7 +85,7 @@ def run_coldstart(
     try:
         return build_coldstart(
             sources,
-            teacher or TemplateTeacher(),
+            teacher or TemplateWriter(),
             runner,
             config,
             request.out_dir,
