@@ -561,7 +561,10 @@ class EngineerSpec:
 
 
 def build_engineer(spec: EngineerSpec) -> EngineerBackend:
-    if spec.kind == "openai":
+    from harness_r1.harness.policies.backends import resolve_backend
+
+    backend = resolve_backend(spec.kind, "engineer", remote=("openai", "vllm"))
+    if backend.family == "openai":
         if not spec.base_url or not spec.model:
             raise ValueError("the openai engineer needs a base URL and a model name")
         if spec.adapter is not None:
@@ -577,22 +580,18 @@ def build_engineer(spec: EngineerSpec) -> EngineerBackend:
             top_p=spec.top_p,
             token_ids=spec.token_ids,
         )
-    if spec.kind == "vllm":
+    if backend.family == "vllm":
         if not spec.model:
             raise ValueError("the vllm engineer needs a model (a local checkpoint path)")
         return VLLMEngineer(spec.model, adapter=spec.adapter, top_p=spec.top_p)
-    from harness_r1.harness.policies.local_models import EMBEDDED
-
-    if spec.kind in EMBEDDED:
+    if backend.checkpoint is None:
         return TransformersEngineer.embedded(
-            spec.kind, spec.cache_dir, adapter=spec.adapter, threads=spec.threads, top_p=spec.top_p
+            backend.name,
+            spec.cache_dir,
+            adapter=spec.adapter,
+            threads=spec.threads,
+            top_p=spec.top_p,
         )
-    checkpoint = Path(spec.kind)
-    if (checkpoint / "config.json").is_file():
-        return TransformersEngineer.load(
-            checkpoint, adapter=spec.adapter, threads=spec.threads, top_p=spec.top_p
-        )
-    raise ValueError(
-        f"unknown engineer {spec.kind!r}; use one of {', '.join(EMBEDDED)}, 'openai', 'vllm' or "
-        "a directory holding a transformers checkpoint (config.json)"
+    return TransformersEngineer.load(
+        backend.checkpoint, adapter=spec.adapter, threads=spec.threads, top_p=spec.top_p
     )

@@ -26,7 +26,10 @@ class PolicySpec:
 
 
 def build_policy(spec: PolicySpec) -> Policy:
-    if spec.kind == "openai":
+    from harness_r1.harness.policies.backends import resolve_backend
+
+    backend = resolve_backend(spec.kind, "policy", remote=("openai",))
+    if backend.family == "openai":
         if not spec.base_url or not spec.model:
             raise ValueError("the openai policy needs --base-url and --model")
         from harness_r1.harness.policies.openai_http import OpenAIChatPolicy
@@ -39,27 +42,20 @@ def build_policy(spec: PolicySpec) -> Policy:
             max_batch=spec.max_batch,
             timeout_s=spec.timeout_s,
         )
-    from harness_r1.harness.policies.local_models import EMBEDDED
     from harness_r1.harness.policies.transformers_backend import TransformersPolicy
 
-    if spec.kind in EMBEDDED:
+    if backend.checkpoint is None:
         return TransformersPolicy.embedded(
-            spec.kind,
+            backend.name,
             spec.cache_dir,
             sampling=spec.sampling,
             max_batch=spec.max_batch,
             prefix_cache=spec.prefix_cache,
         )
-    checkpoint = Path(spec.kind)
-    if (checkpoint / "config.json").is_file():
-        return TransformersPolicy(
-            checkpoint,
-            model_id=checkpoint.name,
-            sampling=spec.sampling,
-            max_batch=spec.max_batch,
-            prefix_cache=spec.prefix_cache,
-        )
-    raise ValueError(
-        f"unknown policy {spec.kind!r}; use one of {', '.join(EMBEDDED)}, 'openai' or a "
-        "directory holding a transformers checkpoint (config.json)"
+    return TransformersPolicy(
+        backend.checkpoint,
+        model_id=backend.name,
+        sampling=spec.sampling,
+        max_batch=spec.max_batch,
+        prefix_cache=spec.prefix_cache,
     )
