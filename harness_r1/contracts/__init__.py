@@ -14,6 +14,7 @@ from harness_r1.contracts.envelopes import (
     OverlayRelease,
     SignedEnvelope,
 )
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.contracts.hooks import ALLOWED_EFFECTS, EffectKind, HookName
 from harness_r1.contracts.packet import FailurePacket, PacketEpisode, RuntimeSignals, Snippet
 from harness_r1.contracts.patch import HookCode, Patch
@@ -60,6 +61,7 @@ __all__ = [
     "HookCode",
     "HookEffect",
     "HookFault",
+    "HookFaultKind",
     "HookName",
     "Message",
     "Outcome",

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from harness_r1.contracts.base import Contract, Message
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.contracts.hooks import EffectKind, HookName
 from harness_r1.contracts.task import TaskRef
 
@@ -40,7 +41,7 @@ class HookFault(Contract):
     """A hook call that had no effect: it raised, timed out, or returned junk."""
 
     hook: HookName
-    reason: str = Field(description="raised | timeout | junk | disallowed_effect | crashed")
+    reason: str = Field(description="What ended the call: " + " | ".join(HookFaultKind) + ".")
     detail: str = ""
 
 

@@ -21,6 +21,7 @@ from harness_r1.contracts import (
     TaskSpec,
     Termination,
 )
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.envs.base import Env
 from harness_r1.harness.context import EpisodeView
 from harness_r1.harness.effects import (
@@ -148,7 +149,7 @@ class Episode:
         try:
             effect = parse_step_effect(hook, value)
         except JunkResult as err:
-            self._fault(hook, "junk", str(err), faults)
+            self._fault(hook, HookFaultKind.JUNK, str(err), faults)
             return None
         self.state = state
         return effect

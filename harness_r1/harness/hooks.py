@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness_r1.contracts import HookName
+from harness_r1.contracts.faults import HookFaultKind
 
 HookFunction = Callable[[dict[str, Any], dict[str, Any]], Any]
 
@@ -25,8 +26,7 @@ class HookCall:
 
     value: Any = None
     state: dict[str, Any] = field(default_factory=dict)
-    # raised | timeout | crashed | junk | violation | memory | oversized | invalid |
-    # unisolated_refused | closed (the isolated executor's kinds; in-process: raised only)
+    # a HookFaultKind (the isolated executor's kinds; in-process: raised only)
     fault: str | None = None
     detail: str = ""
     seconds: float = 0.0
@@ -73,7 +73,7 @@ class InProcessHooks:
         except Exception as err:  # noqa: BLE001 - a hook's exception must never escape
             return HookCall(
                 state=state,
-                fault="raised",
+                fault=HookFaultKind.RAISED,
                 detail=f"{type(err).__name__}: {err}"[:500],
                 seconds=time.perf_counter() - started,
             )

@@ -31,6 +31,7 @@ from harness_r1.contracts import (
     Timings,
     Trajectory,
 )
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.envs.base import INFO_SUCCESS, Env, EnvSuite
 from harness_r1.harness.context import EpisodeView
 from harness_r1.harness.episode import Episode, EpisodeSpec, PendingStep
@@ -235,7 +236,11 @@ class HarnessRuntime:
         ep.view.counters.vetoes += 1
         if pending.vetoes >= self.config.max_vetoes_per_step:
             pending.faults.append(
-                HookFault(hook=HookName.PRE_ACTION, reason="veto_limit", detail="took the proposal")
+                HookFault(
+                    hook=HookName.PRE_ACTION,
+                    reason=HookFaultKind.VETO_LIMIT,
+                    detail="took the proposal",
+                )
             )
             pending.action = pending.proposed
             return

@@ -38,6 +38,7 @@ from typing import Any
 import structlog
 
 from harness_r1.contracts import HookCode, HookName, Patch
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.harness.hooks import HookCall
 from harness_r1.sandbox.isolation import IsolationReport, IsolationSettings
 from harness_r1.sandbox.metrics import SandboxMetrics
@@ -61,17 +62,17 @@ main(boot["config"])
 """
 
 # Faults a call can end with, and the counter in `events` each one increments.
-FAULT_COUNTERS = {
-    "raised": "raised",
-    "timeout": "timeouts",
-    "crashed": "crashes",
-    "junk": "junk",
-    "oversized": "oversized",
-    "memory": "memory",
-    "violation": "violations",  # plus "violations.<kind>"
-    "invalid": "invalid",
-    "unisolated_refused": "refused",
-    "closed": "closed",
+FAULT_COUNTERS: dict[str, str] = {
+    HookFaultKind.RAISED: "raised",
+    HookFaultKind.TIMEOUT: "timeouts",
+    HookFaultKind.CRASHED: "crashes",
+    HookFaultKind.JUNK: "junk",
+    HookFaultKind.OVERSIZED: "oversized",
+    HookFaultKind.MEMORY: "memory",
+    HookFaultKind.VIOLATION: "violations",  # plus "violations.<kind>"
+    HookFaultKind.INVALID: "invalid",
+    HookFaultKind.UNISOLATED_REFUSED: "refused",
+    HookFaultKind.CLOSED: "closed",
 }
 FAULTS = tuple(FAULT_COUNTERS)
 
@@ -225,7 +226,7 @@ class IsolatedHooks:
             if self.static_rejection is not None:
                 self.events["invalid"] += 1
                 detail = f"rejected by the static checks: {self.static_rejection}"
-                return HookCall(state=state, fault="invalid", detail=detail)
+                return HookCall(state=state, fault=HookFaultKind.INVALID, detail=detail)
             try:
                 value, new_state = self._call_locked(str(hook), ctx, state)
             except _Fault as fault:
@@ -281,26 +282,28 @@ class IsolatedHooks:
         self, hook: str, ctx: dict[str, Any], state: dict[str, Any]
     ) -> tuple[Any, dict[str, Any]]:
         if self._closed:
-            raise _Fault("closed", "this hook set is closed")
+            raise _Fault(HookFaultKind.CLOSED, "this hook set is closed")
         if hook not in self._sources:
-            raise _Fault("invalid", f"the patch has no {hook} hook")
+            raise _Fault(HookFaultKind.INVALID, f"the patch has no {hook} hook")
         if self._refused is not None:
-            raise _Fault("unisolated_refused", self._refused)
+            raise _Fault(HookFaultKind.UNISOLATED_REFUSED, self._refused)
         worker = self._ensure_worker()
         if hook in self.load_errors:
-            raise _Fault("invalid", self.load_errors[hook])
+            raise _Fault(HookFaultKind.INVALID, self.load_errors[hook])
         request = {"op": "call", "hook": hook, "ctx": ctx, "state": state}
         response = self._request(worker, request, self.config.call_budget_s)
         if "fault" in response:
             kind = str(response["fault"])
-            if kind == "violation":
+            if kind == HookFaultKind.VIOLATION:
                 key = f"violations.{response.get('kind', 'unknown')}"
                 self.events[key] = self.events.get(key, 0) + 1
-            raise _Fault(kind if kind in FAULTS else "junk", str(response.get("detail", "")))
+            raise _Fault(
+                kind if kind in FAULTS else HookFaultKind.JUNK, str(response.get("detail", ""))
+            )
         new_state = response.get("state")
         if "value" not in response or not isinstance(new_state, dict):
             self._discard_worker()
-            raise _Fault("junk", "malformed response from the worker")
+            raise _Fault(HookFaultKind.JUNK, "malformed response from the worker")
         cpu = response.get("cpu")
         recycle_at = self.config.worker_cpu_seconds - 2 * self.config.cpu_seconds - 1
         if isinstance(cpu, int | float) and cpu > recycle_at:
@@ -322,11 +325,11 @@ class IsolatedHooks:
         try:
             line = json.dumps({"id": request_id, **body}, allow_nan=False).encode("ascii")
         except (TypeError, ValueError, RecursionError) as err:
-            raise _Fault("junk", f"ctx/state are not JSON-able: {err}") from err
+            raise _Fault(HookFaultKind.JUNK, f"ctx/state are not JSON-able: {err}") from err
         data = line + b"\n"  # the worker's limit counts the newline too
         if len(data) > self.config.max_request_bytes:
             raise _Fault(
-                "junk",
+                HookFaultKind.JUNK,
                 f"request is {len(data)} bytes; the limit is {self.config.max_request_bytes}",
             )
         deadline = time.monotonic() + budget
@@ -336,9 +339,9 @@ class IsolatedHooks:
             try:
                 response = json.loads(answer, parse_constant=_reject_constant)
             except (ValueError, RecursionError) as err:
-                raise _Fault("junk", f"malformed response: {err}") from err
+                raise _Fault(HookFaultKind.JUNK, f"malformed response: {err}") from err
             if not isinstance(response, dict) or response.get("id") != request_id:
-                raise _Fault("junk", "response does not answer the request")
+                raise _Fault(HookFaultKind.JUNK, "response does not answer the request")
         except _Fault as fault:
             self._discard_worker()
             raise self._explain(worker, fault) from None
@@ -350,7 +353,7 @@ class IsolatedHooks:
         while view:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _Fault("timeout", "the worker did not take the request in time")
+                raise _Fault(HookFaultKind.TIMEOUT, "the worker did not take the request in time")
             if not worker.poll_in.poll(math.ceil(remaining * 1000)):
                 continue
             try:
@@ -358,7 +361,7 @@ class IsolatedHooks:
             except BlockingIOError:
                 continue
             except OSError as err:  # EPIPE: the worker is gone
-                raise _Fault("crashed", f"writing to the worker: {err}") from err
+                raise _Fault(HookFaultKind.CRASHED, f"writing to the worker: {err}") from err
 
     def _read_line(self, worker: _Worker, deadline: float) -> bytes:
         cap = self.config.max_response_bytes + 4096
@@ -370,10 +373,10 @@ class IsolatedHooks:
                 del buffer[: newline + 1]
                 return line
             if len(buffer) > cap:
-                raise _Fault("oversized", f"response exceeds {cap} bytes")
+                raise _Fault(HookFaultKind.OVERSIZED, f"response exceeds {cap} bytes")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _Fault("timeout", "no response within the budget")
+                raise _Fault(HookFaultKind.TIMEOUT, "no response within the budget")
             if not worker.poll_out.poll(math.ceil(remaining * 1000)):
                 continue
             try:
@@ -381,24 +384,25 @@ class IsolatedHooks:
             except BlockingIOError:
                 continue
             if not chunk:
-                raise _Fault("crashed", "the worker closed its pipe")
+                raise _Fault(HookFaultKind.CRASHED, "the worker closed its pipe")
             buffer += chunk
 
     def _explain(self, worker: _Worker, fault: _Fault) -> _Fault:
         """Refine a crash by how the (now reaped) worker ended."""
         code = worker.proc.returncode
-        if fault.kind != "crashed" or code is None:
+        if fault.kind != HookFaultKind.CRASHED or code is None:
             return fault
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
             if -code == signal.SIGXCPU:
-                return _Fault("timeout", "the worker hit its CPU limit (SIGXCPU)")
+                return _Fault(HookFaultKind.TIMEOUT, "the worker hit its CPU limit (SIGXCPU)")
             detail = f"killed by {name}"
         else:
             detail = f"exited with status {code}"
         tail = bytes(worker.stderr_tail[-300:]).decode("utf-8", "replace").strip()
         return _Fault(
-            "crashed", f"{fault.detail}; {detail}" + (f"; stderr: {tail}" if tail else "")
+            HookFaultKind.CRASHED,
+            f"{fault.detail}; {detail}" + (f"; stderr: {tail}" if tail else ""),
         )
 
     def _drain_stderr(self, worker: _Worker) -> None:
@@ -414,13 +418,13 @@ class IsolatedHooks:
 
     def _ensure_worker(self) -> _Worker:
         if self._closed:
-            raise _Fault("closed", "this hook set is closed")
+            raise _Fault(HookFaultKind.CLOSED, "this hook set is closed")
         if self._refused is not None:
-            raise _Fault("unisolated_refused", self._refused)
+            raise _Fault(HookFaultKind.UNISOLATED_REFUSED, self._refused)
         if self._worker is not None:
             return self._worker
         if time.monotonic() < self._retry_at:
-            raise _Fault("crashed", "the worker is unavailable (restart backoff)")
+            raise _Fault(HookFaultKind.CRASHED, "the worker is unavailable (restart backoff)")
         try:
             worker = self._start_worker()
         except _Fault as fault:
@@ -480,7 +484,7 @@ class IsolatedHooks:
                 bufsize=0,
             )
         except OSError as err:
-            raise _Fault("crashed", f"could not start the worker: {err}") from err
+            raise _Fault(HookFaultKind.CRASHED, f"could not start the worker: {err}") from err
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         fds = (proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno())
         for fd in fds:
@@ -515,7 +519,7 @@ class IsolatedHooks:
                     hint="fix the host, or pass allow_unisolated=True for development only",
                 )
                 self._discard_worker()
-                raise _Fault("unisolated_refused", self._refused)
+                raise _Fault(HookFaultKind.UNISOLATED_REFUSED, self._refused)
             self.events["unisolated_workers"] += 1
             log.warning(
                 "sandbox.RUNNING_UNISOLATED",
@@ -534,7 +538,9 @@ class IsolatedHooks:
         if "fault" in response or not isinstance(errors, dict):
             self._discard_worker()
             kind = str(response.get("fault", "junk"))
-            raise _Fault(kind if kind in FAULTS else "junk", str(response.get("detail", "")))
+            raise _Fault(
+                kind if kind in FAULTS else HookFaultKind.JUNK, str(response.get("detail", ""))
+            )
         self.load_errors = {str(k): str(v) for k, v in errors.items()}
         if self.load_errors:
             self.events["load_errors"] = len(self.load_errors)
@@ -545,9 +551,9 @@ class IsolatedHooks:
         try:
             hello = json.loads(line, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as err:
-            raise _Fault("junk", f"malformed hello: {err}") from err
+            raise _Fault(HookFaultKind.JUNK, f"malformed hello: {err}") from err
         if not isinstance(hello, dict) or hello.get("hello") is not True:
-            raise _Fault("junk", "the worker did not say hello")
+            raise _Fault(HookFaultKind.JUNK, "the worker did not say hello")
         return hello
 
     def _discard_worker(self) -> None:

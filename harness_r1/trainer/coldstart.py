@@ -64,6 +64,7 @@ from harness_r1.contracts import (
     FailurePacket,
     Patch,
 )
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.sandbox.canary import (
     WORKER_EVENTS,
     CanaryRunner,
@@ -103,17 +104,17 @@ PACKETS_FILE = "packets.jsonl"
 
 #: Sandbox events that make a patch a violator (see the module docstring), with their meaning.
 VIOLATION_EVENTS: dict[str, str] = {
-    "violation": "the worker's runtime guard stopped a forbidden operation",
-    "timeout": "a hook call ran past its wall-clock budget (worker killed)",
-    "crashed": "the worker process died during a call",
-    "memory": "a hook call hit the worker's memory limit",
-    "oversized": "a hook's response was over the size limit",
+    HookFaultKind.VIOLATION: "the worker's runtime guard stopped a forbidden operation",
+    HookFaultKind.TIMEOUT: "a hook call ran past its wall-clock budget (worker killed)",
+    HookFaultKind.CRASHED: "the worker process died during a call",
+    HookFaultKind.MEMORY: "a hook call hit the worker's memory limit",
+    HookFaultKind.OVERSIZED: "a hook's response was over the size limit",
 }
 #: Hook faults that make a patch not cleanly executable.
 HOOK_FAULT_EVENTS: dict[str, str] = {
-    "raised": "the hook raised an exception",
-    "junk": "the hook returned something that is not an allowed effect (or bad state)",
-    "invalid": "the patch's hooks could not be loaded in the worker",
+    HookFaultKind.RAISED: "the hook raised an exception",
+    HookFaultKind.JUNK: "the hook returned something that is not an allowed effect (or bad state)",
+    HookFaultKind.INVALID: "the patch's hooks could not be loaded in the worker",
 }
 
 UNPARSEABLE = "unparseable"
