@@ -17,6 +17,9 @@ block times taken from `KafkaSettings`, and every wait passes an explicit timeou
 Topics are created explicitly (`ensure_topics`), never on first use: producers and readers are
 built with auto-creation off, so a typo fails loudly instead of creating a topic with the
 broker's default partition count.
+
+Why one module of 691 lines: the one adapter to kafka-python (client settings, security, topics,
+reading, positions); nothing else imports kafka-python, so a client change stays here.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ already have made use `transition_if`, which answers None instead of raising. Th
 table holds high-water marks per (target, stream), advanced atomically by `advance_mark`: the
 control follower's mirror of an agent's seq high-water mark, and the highest control seq whose
 effect the registry holds (see `deploy/publisher.py` `record_control`).
+
+Why one module of 763 lines: the overlay registry's state machine and its audit trail are
+written in the same transactions; apart, a transition could land without its event.
 """
 
 from __future__ import annotations

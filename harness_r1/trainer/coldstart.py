@@ -43,6 +43,10 @@ sources, teacher, config and a deterministic target give the same bytes.
 Rejection buckets, in the order a candidate is judged: `unparseable`, `static:<code>`, `invalid`,
 `infra_error`, `violation`, `hook_faults`, `regressive`, `no_effect` (only with
 `require_effect`). kept + all rejected == proposals, always.
+
+Why one module of 638 lines: a third of it is this docstring and the rejection rules; the
+judging and the dataset writing are one pipeline whose output bytes must not depend on how it is
+cut.
 """
 
 from __future__ import annotations

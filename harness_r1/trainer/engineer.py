@@ -14,6 +14,10 @@ must reproduce the token ids it was sampled with (re-tokenising text does not al
 back). The completion ids run up to and including the first stop token, as a trainer masks them.
 
 torch, transformers, peft and vllm are imported inside constructors, never at module import.
+
+Why one module of 597 lines: the three engineer backends (transformers, OpenAI-compatible HTTP,
+vLLM) share the sample type, the token accounting and the stop rules that make their samples
+comparable in GRPO.
 """
 
 from __future__ import annotations

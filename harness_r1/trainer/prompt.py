@@ -12,6 +12,10 @@ construct; the tests check that each of those tables covers its source of truth.
 The prompt is compact on purpose (the embedded engineer is a 135M model): the system message
 with its examples stays under ~1,500 SmolLM2 tokens (tested). Rendering is deterministic: the
 same packet and examples give the same messages, byte for byte.
+
+Why one module of 510 lines: the one rendering of a packet the engineer is trained, evaluated
+and served on; its token budget and its text change together, so SFT, GRPO and the daemon prompt
+alike.
 """
 
 from __future__ import annotations
