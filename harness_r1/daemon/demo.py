@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -30,6 +30,12 @@ from rich.table import Table
 from harness_r1.contracts import Patch, Trajectory
 from harness_r1.deploy.client import MessageSource
 from harness_r1.harness.hooks import HookSet
+
+if TYPE_CHECKING:
+    from harness_r1.consumers.kafka import KafkaSettings
+    from harness_r1.daemon.service import Daemon
+    from harness_r1.daemon.settings import Settings
+    from harness_r1.deploy.agent import DeployedAgent
 
 FLEET = "demo-fleet"
 
@@ -106,57 +112,18 @@ def _run_demo(
     parts: DemoParts | None,
 ) -> DemoResult:
     from harness_r1.consumers.broker import EmbeddedBroker
-    from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
+    from harness_r1.consumers.kafka import KafkaSettings, make_producer
     from harness_r1.daemon.observability import configure_logging
-    from harness_r1.daemon.settings import (
-        GuardOptions,
-        LoopOptions,
-        MetricsOptions,
-        SchedulerOptions,
-        Settings,
-    )
     from harness_r1.daemon.wiring import build_daemon
-    from harness_r1.deploy.agent import DeployedAgent
-    from harness_r1.deploy.client import ClientConfig, OverlayClient
-    from harness_r1.deploy.signing import Keyring, generate_keypair
-    from harness_r1.envs import get_suite
-    from harness_r1.harness import HarnessRuntime, RunConfig
-    from harness_r1.harness.policies.base import SamplingConfig
-    from harness_r1.harness.policies.factory import PolicySpec, build_policy
-    from harness_r1.harness.tasks import spread
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.deploy.signing import generate_keypair
 
     configure_logging("console", "warning")  # the demo narrates; logs only for trouble
     work = Path(tempfile.mkdtemp(prefix="harness-r1-demo-"))
+    parts = parts or DemoParts()
     with EmbeddedBroker() as broker:
         console.print(f"[bold]broker[/bold] tansu on {broker.bootstrap}; state in {work}")
         private, _ = generate_keypair(work / "keys", "demo")
-        n_batch = options.agents * options.episodes_per_agent
-        settings = Settings(
-            data=data_root,
-            cache=cache,
-            state_url=f"sqlite:///{work / 'state.db'}",
-            kafka_bootstrap=broker.bootstrap,
-            signing_key=private,
-            loop=LoopOptions(
-                batch_size=n_batch,
-                batch_window_s=3600,  # sealed explicitly when phase 1 ends (below)
-                k=options.k,
-                guard_limit=options.guard_tasks,
-                gate_min_batch=min(8, n_batch),
-                gate_min_guard=options.guard_tasks,
-                max_steps=options.max_steps,
-                history_turns=3,
-                max_new_tokens=64,
-                rollout_fraction=0.5,
-                release_target=FLEET,
-                engineer_backend="template",
-            ),
-            guard=GuardOptions(min_episodes=options.episodes_per_agent, max_episodes=200),
-            scheduler=SchedulerOptions(flush_interval_s=2, guard_interval_s=2),
-            metrics=MetricsOptions(port=0, log_level="warning"),
-        )
-        parts = parts or DemoParts()
+        settings = _demo_settings(options, data_root, cache, work, broker.bootstrap, private)
         built = build_daemon(
             settings,
             key=f"demo-{uuid.uuid4().hex[:6]}",
@@ -166,112 +133,12 @@ def _run_demo(
         built.health.start()
         built.daemon.start()
         console.print(f"[bold]daemon[/bold] up; metrics on http://127.0.0.1:{built.health.port}")
-        store = built.daemon.store
         kafka = KafkaSettings(bootstrap=broker.bootstrap)
         producer = make_producer(kafka)
-        suite = get_suite(options.env)
-        tasks = spread(suite.load_tasks(data_root, options.split), n_batch)
-        policy = parts.policy or build_policy(
-            PolicySpec(
-                max_batch=options.episodes_per_agent,
-                sampling=SamplingConfig(max_new_tokens=64),
-                cache_dir=cache,
-            )
-        )
-        keyring = Keyring.from_directory(work / "keys")
-        topics = [settings.release_topic, settings.control_topic]
-        fleet = []
-
-        def hooks(patch: Patch, overlay_id: str) -> HookSet:
-            return IsolatedHooks(patch, SandboxConfig(), overlay_id=overlay_id)
-
-        def source(positions: Mapping[str, int]) -> MessageSource:
-            return BroadcastReader(kafka, topics, positions)
-
-        for i in range(options.agents):
-            name = f"agent-{i}"
-            client = OverlayClient(
-                ClientConfig(agent_id=name, target=FLEET, state_dir=work / name),
-                keyring,
-                hooks,
-                source_factory=source,
-            )
-            client.start()
-            config = RunConfig(
-                agent_id=name,
-                max_steps=options.max_steps,
-                history_turns=3,
-                lockstep=options.episodes_per_agent,
-            )
-            runtime = HarnessRuntime(suite, policy, data_root, config)
-
-            def sink(t: Trajectory) -> None:
-                publish(producer, settings.trajectory_topic, t.to_json_bytes(), timeout_s=10)
-
-            fleet.append(DeployedAgent(runtime, client, sink))
-
-        def play(label: str) -> list[Trajectory]:
-            console.print(
-                f"[bold]{label}[/bold]: {len(fleet)} agents x "
-                f"{options.episodes_per_agent} episodes of {options.env}"
-            )
-            out = []
-            for index, agent in enumerate(fleet):
-                share = tasks[index :: len(fleet)]
-                out += agent.run([(t, n) for n, t in enumerate(share)])
-            wins = sum(t.outcome.success for t in out)
-            console.print(f"  {wins}/{len(out)} succeeded")
-            return out
-
-        def progress() -> None:
-            console.print(
-                f"  stored {store.trajectory_count()} trajectories; batches pending "
-                f"{store.pending_batches()}, running {store.running_batches()}; candidates "
-                f"{store.count_canary_results()}"
-            )
-
+        fleet: list[DeployedAgent] = []
         try:
-            before = play("phase 1: the fleet on the base harness")
-            _wait(lambda: store.trajectory_count() >= len(before), 60, lambda: None)
-            # The batch window ends with phase 1: seal what failed (the scheduler would after T s).
-            built.daemon.loop.flush(datetime.now(UTC) + timedelta(seconds=3600))
-            console.print("[bold]daemon[/bold]: batch -> packet -> K proposals -> canary -> gate")
-            done = _wait(lambda: store.count_canary_results() > 0, options.timeout_s, progress)
-            if not done:
-                console.print("[red]no canary result within the timeout[/red]")
-                return DemoResult(before, [], None, None)
-            overlays = built.daemon.loop.registry.list(target=FLEET)
-            after: list[Trajectory] = []
-            overlay, final = None, None
-            if overlays:
-                overlay = overlays[0].overlay_id
-                # wait until the cohort runs it (not merely until every client saw a release:
-                # a 60 s wait on that once ran phase 2 entirely on base on a loaded machine)
-                started = time.monotonic()
-                _wait(
-                    lambda: any(_runs(a, overlay) for a in fleet),
-                    options.release_wait_s,
-                    lambda: None,
-                )
-                on = [a.client.config.agent_id for a in fleet if _runs(a, overlay)]
-                waited = time.monotonic() - started
-                console.print(
-                    f"[bold]release[/bold] {overlay} to a canary cohort: {on} ({waited:.0f} s)"
-                )
-                if not on:
-                    console.print(
-                        f"[red]no agent applied {overlay} within {options.release_wait_s:.0f} s"
-                        "[/red]"
-                    )
-                after = play("phase 2: the fleet, cohort on the new overlay")
-                _wait(
-                    lambda: built.daemon.loop.registry.get(overlay).state.value != "canary",
-                    options.guard_wait_s,
-                    progress,
-                )
-                final = built.daemon.loop.registry.get(overlay).state.value
-            _summary(console, store, built.daemon.loop.registry, before, after)
-            return DemoResult(before, after, overlay, final)
+            fleet += _fleet(options, settings, kafka, producer, work, parts)
+            return _phases(options, settings, built.daemon, fleet, console)
         finally:
             for agent in fleet:
                 agent.client.close()
@@ -280,6 +147,180 @@ def _run_demo(
             built.daemon.stop()
             built.health.stop()
             built.close()
+
+
+def _demo_settings(
+    options: DemoOptions, data_root: Path, cache: Path, work: Path, bootstrap: str, key: Path
+) -> Settings:
+    """The daemon's settings for a demo-sized run: one batch per phase, small gate minima, a
+    guard that can decide within phase 2, quick scheduler ticks."""
+    from harness_r1.daemon.settings import (
+        GuardOptions,
+        LoopOptions,
+        MetricsOptions,
+        SchedulerOptions,
+        Settings,
+    )
+
+    n_batch = options.agents * options.episodes_per_agent
+    return Settings(
+        data=data_root,
+        cache=cache,
+        state_url=f"sqlite:///{work / 'state.db'}",
+        kafka_bootstrap=bootstrap,
+        signing_key=key,
+        loop=LoopOptions(
+            batch_size=n_batch,
+            batch_window_s=3600,  # sealed explicitly when phase 1 ends (below)
+            k=options.k,
+            guard_limit=options.guard_tasks,
+            gate_min_batch=min(8, n_batch),
+            gate_min_guard=options.guard_tasks,
+            max_steps=options.max_steps,
+            history_turns=3,
+            max_new_tokens=64,
+            rollout_fraction=0.5,
+            release_target=FLEET,
+            engineer_backend="template",
+        ),
+        guard=GuardOptions(min_episodes=options.episodes_per_agent, max_episodes=200),
+        scheduler=SchedulerOptions(flush_interval_s=2, guard_interval_s=2),
+        metrics=MetricsOptions(port=0, log_level="warning"),
+    )
+
+
+def _fleet(
+    options: DemoOptions,
+    settings: Settings,
+    kafka: KafkaSettings,
+    producer: Any,
+    work: Path,
+    parts: DemoParts,
+) -> list[DeployedAgent]:
+    """The deployed agents: one frozen target shared by all, each agent with its own signed
+    overlay client (isolated hooks) and a sink that publishes its trajectories."""
+    from harness_r1.consumers.kafka import BroadcastReader, publish
+    from harness_r1.deploy.agent import DeployedAgent
+    from harness_r1.deploy.client import ClientConfig, OverlayClient
+    from harness_r1.deploy.signing import Keyring
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import HarnessRuntime, RunConfig
+    from harness_r1.harness.policies.base import SamplingConfig
+    from harness_r1.harness.policies.factory import PolicySpec, build_policy
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+
+    suite = get_suite(options.env)
+    policy = parts.policy or build_policy(
+        PolicySpec(
+            max_batch=options.episodes_per_agent,
+            sampling=SamplingConfig(max_new_tokens=64),
+            cache_dir=settings.cache,
+        )
+    )
+    keyring = Keyring.from_directory(work / "keys")
+    topics = [settings.release_topic, settings.control_topic]
+
+    def hooks(patch: Patch, overlay_id: str) -> HookSet:
+        return IsolatedHooks(patch, SandboxConfig(), overlay_id=overlay_id)
+
+    def source(positions: Mapping[str, int]) -> MessageSource:
+        return BroadcastReader(kafka, topics, positions)
+
+    def sink(t: Trajectory) -> None:
+        publish(producer, settings.trajectory_topic, t.to_json_bytes(), timeout_s=10)
+
+    fleet = []
+    for i in range(options.agents):
+        name = f"agent-{i}"
+        client = OverlayClient(
+            ClientConfig(agent_id=name, target=FLEET, state_dir=work / name),
+            keyring,
+            hooks,
+            source_factory=source,
+        )
+        client.start()
+        config = RunConfig(
+            agent_id=name,
+            max_steps=options.max_steps,
+            history_turns=3,
+            lockstep=options.episodes_per_agent,
+        )
+        runtime = HarnessRuntime(suite, policy, settings.data_root(), config)
+        fleet.append(DeployedAgent(runtime, client, sink))
+    return fleet
+
+
+def _phases(
+    options: DemoOptions,
+    settings: Settings,
+    daemon: Daemon,
+    fleet: list[DeployedAgent],
+    console: Console,
+) -> DemoResult:
+    """Phase 1 on the base harness; the daemon turns its failures into a release; phase 2
+    with the cohort on it while the live guard judges."""
+    from harness_r1.envs import get_suite
+    from harness_r1.harness.tasks import spread
+
+    store, registry = daemon.store, daemon.loop.registry
+    suite = get_suite(options.env)
+    n_batch = options.agents * options.episodes_per_agent
+    tasks = spread(suite.load_tasks(settings.data_root(), options.split), n_batch)
+
+    def play(label: str) -> list[Trajectory]:
+        console.print(
+            f"[bold]{label}[/bold]: {len(fleet)} agents x "
+            f"{options.episodes_per_agent} episodes of {options.env}"
+        )
+        out = []
+        for index, agent in enumerate(fleet):
+            share = tasks[index :: len(fleet)]
+            out += agent.run([(t, n) for n, t in enumerate(share)])
+        wins = sum(t.outcome.success for t in out)
+        console.print(f"  {wins}/{len(out)} succeeded")
+        return out
+
+    def progress() -> None:
+        console.print(
+            f"  stored {store.trajectory_count()} trajectories; batches pending "
+            f"{store.pending_batches()}, running {store.running_batches()}; candidates "
+            f"{store.count_canary_results()}"
+        )
+
+    before = play("phase 1: the fleet on the base harness")
+    _wait(lambda: store.trajectory_count() >= len(before), 60, lambda: None)
+    # The batch window ends with phase 1: seal what failed (the scheduler would after T s).
+    daemon.loop.flush(datetime.now(UTC) + timedelta(seconds=3600))
+    console.print("[bold]daemon[/bold]: batch -> packet -> K proposals -> canary -> gate")
+    done = _wait(lambda: store.count_canary_results() > 0, options.timeout_s, progress)
+    if not done:
+        console.print("[red]no canary result within the timeout[/red]")
+        return DemoResult(before, [], None, None)
+    overlays = registry.list(target=FLEET)
+    after: list[Trajectory] = []
+    overlay, final = None, None
+    if overlays:
+        overlay = overlays[0].overlay_id
+        # wait until the cohort runs it (not merely until every client saw a release:
+        # a 60 s wait on that once ran phase 2 entirely on base on a loaded machine)
+        started = time.monotonic()
+        _wait(lambda: any(_runs(a, overlay) for a in fleet), options.release_wait_s, lambda: None)
+        on = [a.client.config.agent_id for a in fleet if _runs(a, overlay)]
+        waited = time.monotonic() - started
+        console.print(f"[bold]release[/bold] {overlay} to a canary cohort: {on} ({waited:.0f} s)")
+        if not on:
+            console.print(
+                f"[red]no agent applied {overlay} within {options.release_wait_s:.0f} s[/red]"
+            )
+        after = play("phase 2: the fleet, cohort on the new overlay")
+        _wait(
+            lambda: registry.get(overlay).state.value != "canary",
+            options.guard_wait_s,
+            progress,
+        )
+        final = registry.get(overlay).state.value
+    _summary(console, store, registry, before, after)
+    return DemoResult(before, after, overlay, final)
 
 
 def _summary(console: Console, store, registry, before, after) -> None:  # type: ignore[no-untyped-def]
