@@ -282,34 +282,55 @@ class _Recorder:
         return sum(scored) / len(scored) if scored else None
 
 
-def _run(
-    *,
-    kind: str,
-    base: str | Path,
-    settings: GrpoSettings,
-    adapter: Path | None,
-    cache_dir: Path | None,
-    rows: list[dict[str, Any]],
-    data_identity: str,
-    reward: RewardFunc,
-    rollout: ReplayRollout | None,
-    max_steps: int,
-    callbacks: Sequence[Any],
-    trainer_cls: type[Any] | None,
-    extra: Callable[[_Recorder], dict[str, Any]],
-) -> TrainResult:
+@dataclass(frozen=True)
+class _Job:
+    """What one GRPO mode trains on: its rows, their identity (the run key), how completions
+    are rewarded and where they come from (`rollout` None: TRL samples them), its step count
+    and the mode's own metadata."""
+
+    kind: str
+    rows: list[dict[str, Any]]
+    data_identity: str
+    reward: RewardFunc
+    rollout: ReplayRollout | None
+    max_steps: int
+    extra: Callable[[_Recorder], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a run starts from and how it is driven: the base model, the settings, the
+    adapter to continue, the model cache, TRL callbacks and a GRPOTrainer subclass."""
+
+    base: str | Path
+    settings: GrpoSettings
+    adapter: Path | None
+    cache_dir: Path | None
+    callbacks: Sequence[Any]
+    trainer_cls: type[Any] | None
+
+
+def _run(job: _Job, start: _Start) -> TrainResult:
+    kind, rows, reward, rollout, max_steps = (
+        job.kind,
+        job.rows,
+        job.reward,
+        job.rollout,
+        job.max_steps,
+    )
+    settings, adapter = start.settings, start.adapter
     require_training_stack()
     from datasets import Dataset
     from transformers import set_seed
     from trl import GRPOTrainer
 
-    base_dir = resolve_base(base, cache_dir)
+    base_dir = resolve_base(start.base, start.cache_dir)
     key = run_key(
         {
             "kind": kind,
             "base": model_fingerprint(base_dir),
             "adapter": None if adapter is None else model_fingerprint(Path(adapter)),
-            "data": data_identity,
+            "data": job.data_identity,
             "settings": identity_settings(settings),
         }
     )
@@ -325,7 +346,7 @@ def _run(
     model, tokenizer, peft_config = load_policy(base_dir, settings, adapter)
     meter = make_meter()
     recorder = _Recorder(reward, settings.num_generations)
-    cls = trainer_cls or GRPOTrainer
+    cls = start.trainer_cls or GRPOTrainer
     with warnings.catch_warnings():
         # TRL flags rollout_func as experimental; we pin trl==1.16.0, whose API this follows.
         warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
@@ -336,7 +357,7 @@ def _run(
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[meter, *callbacks],
+            callbacks=[meter, *start.callbacks],
             rollout_func=rollout,
         )
     output = trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
@@ -355,7 +376,7 @@ def _run(
             "mean_reward": recorder.mean(),
             "rewards_none": sum(1 for r in recorder.rewards if r is None),
             "generation_rounds": recorder.calls,
-            **extra(recorder),
+            **job.extra(recorder),
         },
     )
     result = publish_version(settings.output_root, save_adapter(trainer, tokenizer), metadata)
@@ -388,19 +409,13 @@ def train_grpo_online(
         )
     if any("prompt" not in row for row in data):
         raise TrainingError("every row needs a prompt (a list of messages)")
-    return _run(
+    job = _Job(
         kind="grpo",
-        base=base,
-        settings=settings,
-        adapter=adapter,
-        cache_dir=cache_dir,
         rows=data,
         data_identity=run_key({"rows": data, "reward": describe_reward(reward)}),
         reward=reward,
         rollout=None,
         max_steps=settings.max_steps,
-        callbacks=callbacks,
-        trainer_cls=trainer_cls,
         extra=lambda recorder: {
             "mode": "online",
             "rows": len(data),
@@ -409,6 +424,7 @@ def train_grpo_online(
             "reward_counts": reward_counts(reward),
         },
     )
+    return _run(job, _Start(base, settings, adapter, cache_dir, callbacks, trainer_cls))
 
 
 def replay_steps(groups: int, settings: GrpoSettings) -> int:
@@ -446,19 +462,13 @@ def train_grpo_replay(
     max_steps = (
         settings.max_steps if settings.max_steps > 0 else replay_steps(len(groups), settings)
     )
-    return _run(
+    job = _Job(
         kind="grpo-replay",
-        base=base,
-        settings=settings,
-        adapter=adapter,
-        cache_dir=cache_dir,
         rows=rows,
         data_identity=run_key({"groups": [g.to_dict() for g in groups]}),
         reward=replay_reward,
         rollout=rollout,
         max_steps=max_steps,
-        callbacks=callbacks,
-        trainer_cls=trainer_cls,
         extra=lambda recorder: {
             "mode": "replay",
             "groups_available": len(groups),
@@ -468,6 +478,7 @@ def train_grpo_replay(
             ),
         },
     )
+    return _run(job, _Start(base, settings, adapter, cache_dir, callbacks, trainer_cls))
 
 
 __all__ = [
