@@ -87,6 +87,8 @@ class ControlFollower:
     read the whole topic again; correctness does not depend on them (the seq marks refuse
     anything already handled)."""
 
+    # Why this size: keyword options of the control follower (topics, keys, clocks, callbacks):
+    # each has a default
     def __init__(
         self,
         reader: BroadcastReader,

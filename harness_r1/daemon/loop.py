@@ -107,6 +107,8 @@ class LoopMetricsSink:
 
 
 class ImprovementLoop:
+    # Why this size: the loop's collaborators (store, proposer, canaries, registry, publisher,
+    # tasks, metrics, clock), injected so tests can replace each
     def __init__(
         self,
         store: StateStore,
@@ -321,6 +323,8 @@ class ImprovementLoop:
         )
         return self.promoter.promote(promotion, self.store.agent_ids), cid
 
+    # Why this size: one transaction's worth of one batch's results, passed through rather than
+    # bundled for a single caller
     def _store_results(
         self,
         batch: Batch,

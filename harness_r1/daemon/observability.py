@@ -136,6 +136,8 @@ class DaemonMetrics:
     The attributes are the prometheus objects (label them directly); the methods exist where
     one event touches more than one series or needs state (the win-rate window)."""
 
+    # Why this size: one declaration per metric family; the length is the list of what operators
+    # can watch
     def __init__(self, registry: CollectorRegistry, win_window: int = 100) -> None:
         if win_window < 1:
             raise ValueError(f"win_window must be >= 1 candidates, got {win_window}")

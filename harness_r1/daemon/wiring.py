@@ -233,6 +233,8 @@ def loop_config(settings: Settings) -> LoopConfig:
     )
 
 
+# Why this size: the composition root: each part built from the settings and connected, in
+# dependency order
 def build_daemon(
     settings: Settings,
     *,

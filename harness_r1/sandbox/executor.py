@@ -445,6 +445,8 @@ class IsolatedHooks:
         self._backoff = 0.0
         return worker
 
+    # Why this size: starting a worker is one sequence (spawn, handshake, load, isolation report)
+    # whose steps share the half-started process's cleanup
     def _start_worker(self) -> _Worker:
         cfg = self.config
         isolation = IsolationSettings(

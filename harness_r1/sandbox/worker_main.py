@@ -166,6 +166,7 @@ class Worker:
         return data.encode("ascii") + b"\n"
 
 
+# Why this size: the isolation probe tries each containment layer in turn and reports all of them
 def probe(port: int) -> dict[str, Any]:
     """Attempt what a hostile hook would, from inside the isolated worker; report each outcome.
 

@@ -559,6 +559,8 @@ def _commit(handle: IO[str], tmp: Path, final: Path) -> None:
     tmp.replace(final)
 
 
+# Why this size: writes four files in one pass and commits them together; split, a failure could
+# leave some renamed
 def build_coldstart(
     sources: Sequence[PacketSource],
     teacher: PatchWriter,

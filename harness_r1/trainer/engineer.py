@@ -304,6 +304,8 @@ class OpenAIEngineer:
     leave the ids None. Seeding is the server's business (vLLM honours `seed`).
     """
 
+    # Why this size: keyword options of an HTTP engineer (URL, model, key, timeouts, top_p, token
+    # ids)
     def __init__(
         self,
         base_url: str,

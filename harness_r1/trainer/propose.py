@@ -164,6 +164,7 @@ def load_packet(path: Path, packet_config: PacketConfig | None = None) -> Failur
     return packets[0]
 
 
+# Why this size: the `engineer propose` job: packet, K, backend and sampling options
 def propose_command(
     path: Path,
     k: int,

@@ -146,6 +146,7 @@ def _run_loss(log_history: Iterable[Mapping[str, Any]], start_step: int, fallbac
     return sum(losses) / len(losses) if losses else float(fallback)
 
 
+# Why this size: the provenance a published version records, each a named keyword
 def run_metadata(
     *,
     kind: str,

@@ -57,6 +57,8 @@ def _tz() -> DateTime:
     return DateTime(timezone=True)
 
 
+# Why this size: the frozen DDL of schema version 1: later versions migrate from it, so it is
+# never edited
 def _v1_tables(metadata: MetaData) -> None:
     """The version-1 schema, frozen here as Core tables.
 

@@ -39,6 +39,8 @@ def retryable_http_error(err: BaseException) -> bool:
 class OpenAIChatPolicy:
     """A frozen target served over HTTP; `max_batch` requests are sent concurrently."""
 
+    # Why this size: keyword options of an HTTP client (URL, model, key, sampling, batch,
+    # timeouts, retries)
     def __init__(
         self,
         base_url: str,

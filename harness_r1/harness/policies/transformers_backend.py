@@ -88,6 +88,8 @@ class TransformersPolicy:
     rarely differ between runs of different composition. BENCHMARKS.md measures both modes.
     """
 
+    # Why this size: keyword options of the embedded model (checkpoint, sampling, batch, cache,
+    # threads, device)
     def __init__(
         self,
         checkpoint: Path,
