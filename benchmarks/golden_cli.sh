@@ -15,7 +15,7 @@ cat > "$WORK/hostile.json" <<'J'
 J
 outputs() {  # CHECKOUT OUTDIR
   mkdir -p "$2"
-  cli() { (cd "$1" && env -u HARNESS_R1_CONFIG "$PY" -c 'import sys, importlib.util as u; main = __import__("harness_r1.cli.app" if u.find_spec("harness_r1.cli") else "harness_r1.daemon.cli", fromlist=["main"]).main; sys.argv[0] = "harness-r1"; main()' "${@:2}"); }
+  cli() { (cd "$1" && env -u HARNESS_R1_CONFIG "$PY" -c 'import os, sys; main = __import__("harness_r1.cli.app" if os.path.isfile("harness_r1/cli/app.py") else "harness_r1.daemon.cli", fromlist=["main"]).main; sys.argv[0] = "harness-r1"; main()' "${@:2}"); }
   for p in "$ROOT"/harness_r1/sandbox/reference_patches/*.patch "$WORK/hostile.json"; do
     cli "$1" patch check "$p" > "$2/check-$(basename "$p").out" 2>&1 || echo "rc=$?" >> "$2/check-$(basename "$p").out"
   done

@@ -164,12 +164,10 @@ class IsolatedHooks:
         self.metrics = metrics
         self.static_rejection: str | None = None
         if static_checks:
-            from harness_r1.sandbox.static import check_patch
+            from harness_r1.sandbox.intake import check
 
-            report = check_patch(patch)
-            if not report.ok:
-                first = report.violations[0]
-                self.static_rejection = f"{first.code}: {first.message}"
+            self.static_rejection = check(patch)
+            if self.static_rejection is not None:
                 start = False
         self.config = config or SandboxConfig()
         self._sources = {str(h.hook): h.code for h in patch.hooks}

@@ -10,18 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness_r1.contracts import Patch
-from harness_r1.sandbox.static import StaticLimits, StaticReport, check_patch
+from harness_r1.sandbox.static import StaticLimits, StaticReport, Violation, check_patch
 
 #: None when the patch may run, else the refusal as `code: message`.
 Validator = Callable[[Patch], str | None]
 
 
+def first_violation(report: StaticReport) -> Violation | None:
+    """The violation a refusal is reported by (the first, in source order), None if ok."""
+    return None if report.ok else report.violations[0]
+
+
 def rejection(report: StaticReport) -> str | None:
     """The refusal of a static report as `code: message` (its first violation), None if ok."""
-    if report.ok:
-        return None
-    first = report.violations[0]
-    return f"{first.code}: {first.message}"
+    first = first_violation(report)
+    return None if first is None else f"{first.code}: {first.message}"
 
 
 def check(patch: Patch, limits: StaticLimits | None = None) -> str | None:

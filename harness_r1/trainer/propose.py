@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
 from harness_r1.contracts import FailurePacket, Patch
+from harness_r1.sandbox.intake import first_violation
 from harness_r1.sandbox.parse import parse_engineer_output
 from harness_r1.sandbox.static import StaticLimits, check_patch
 from harness_r1.trainer.engineer import (
@@ -105,8 +106,8 @@ def classify(
             notes=parsed.notes,
         )
     report = check_patch(parsed.patch, limits)
-    if not report.ok:
-        first = report.violations[0]
+    first = first_violation(report)
+    if first is not None:
         where = f"{first.hook} line {first.line}: " if first.hook and first.line else ""
         return Proposal(
             index=index,

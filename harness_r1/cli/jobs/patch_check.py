@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness_r1.sandbox.intake import first_violation
 from harness_r1.sandbox.parse import MAX_INPUT_CHARS, parse_engineer_output
 from harness_r1.sandbox.patchfile import PatchFileError, parse_sectioned
 from harness_r1.sandbox.static import StaticLimits, check_patch
@@ -58,8 +59,8 @@ def check_file(
     static = check_patch(patch, limits)
     report["static"] = static.model_dump(mode="json")
     report["ok"] = static.ok
-    if not static.ok:
-        first = static.violations[0]
+    first = first_violation(static)
+    if first is not None:
         report["error"] = {"code": str(first.code), "message": first.message}
         return report, EXIT_REJECTED
     return report, EXIT_OK
