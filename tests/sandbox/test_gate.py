@@ -290,11 +290,21 @@ def test_a_bootstrap_rejection_in_full() -> None:
 
 
 def test_the_bootstrap_rule_uses_the_configured_seed() -> None:
+    """For several seeds, on a guard large and a resample count small enough that unseeded
+    intervals differ from run to run: the gate's interval is the seeded one every time."""
     guard = pairs(8, 3, 5, 6)
     config = GateConfig(min_guard_tasks=20, method="bootstrap", bootstrap_seed=11)
     numbers = decide(BATCH_GAIN, guard, config).numbers
     expected = bootstrap_delta_interval(guard, config.bootstrap_samples, config.alpha, seed=11)
     assert (numbers["guard_delta_low"], numbers["guard_delta_high"]) == expected
+    wide = pairs(60, 40, 50, 50)
+    for seed in range(5):
+        small = GateConfig(
+            min_guard_tasks=20, method="bootstrap", bootstrap_samples=100, bootstrap_seed=seed
+        )
+        got = decide(BATCH_GAIN, wide, small).numbers
+        seeded = bootstrap_delta_interval(wide, 100, small.alpha, seed=seed)
+        assert (got["guard_delta_low"], got["guard_delta_high"]) == seeded
     assert (
         decide(BATCH_GAIN, guard, config)
         .reasons[-1]
