@@ -3,7 +3,9 @@
 Reads each module's `build/mutate/<name>/results.txt` (`mutmut results --all true`) and the
 reviewed equivalent mutants (`benchmarks/mutation_equivalent.txt`, one `name  reason` per line)
 and prints a Markdown table: killed / (mutants - equivalent), with timeouts counted as killed
-(the mutant made the tests hang, which the tests noticed), and the survivors that are left.
+(the mutant made the tests hang, which the tests noticed), and the survivors that are left,
+each with the reason it is left (`benchmarks/mutation_left.txt`, same format; "not reviewed"
+when it has none).
 
     .venv/bin/python benchmarks/mutation_score.py [--survivors]
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 KILLED = {"killed", "timeout"}
 EQUIVALENT_FILE = Path(__file__).with_name("mutation_equivalent.txt")
+LEFT_FILE = Path(__file__).with_name("mutation_left.txt")
 BUILD = Path(__file__).resolve().parents[1] / "build" / "mutate"
 
 
@@ -92,7 +95,9 @@ def main() -> None:
     markdown, left = table(results, read_equivalent(EQUIVALENT_FILE))
     print(markdown)
     if args.survivors:
-        print("\nLeft:\n" + "\n".join(left))
+        why = read_equivalent(LEFT_FILE)
+        rows = [f"{row}  ({why.get(row.rpartition(': ')[0], 'not reviewed')})" for row in left]
+        print("\nLeft:\n" + "\n".join(rows))
 
 
 if __name__ == "__main__":
