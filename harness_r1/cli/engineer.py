@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from harness_r1.cli.group import command_group
-from harness_r1.cli.options import HistoryTurns, or_setting
+from harness_r1.cli.options import HistoryTurns, target_spec
 from harness_r1.cli.settings import cli_settings
 
 console = Console(stderr=True)
@@ -47,7 +47,6 @@ def engineer_evaluate(
     Example: `harness-r1 engineer evaluate runs/dev.jsonl --env dbbench --split dev --adapter
     artifacts/engineer/v0002 --out heldout.json`"""
     from harness_r1.cli.jobs.engineer_eval import EngineerEvalRequest, run_engineer_eval
-    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.trainer.engineer import EngineerSpec
     from harness_r1.trainer.heldout import HeldOutConfig
 
@@ -63,12 +62,8 @@ def engineer_evaluate(
         out=out,
         limit_packets=limit_packets,
         batch_size=batch_size,
-        target=TargetSpec(
-            max_steps=max_steps,
-            history_turns=or_setting(history_turns, settings.loop.history_turns),
-            max_new_tokens=64,
-            prefix_cache=prefix_cache,
-            cache_dir=settings.cache,
+        target=target_spec(
+            settings, history_turns, 64, max_steps=max_steps, prefix_cache=prefix_cache
         ),
         baseline_cache=baseline_cache,
     )

@@ -16,6 +16,7 @@ from harness_r1.cli.options import (
     MinGuard,
     TargetTokens,
     or_setting,
+    target_spec,
 )
 from harness_r1.cli.settings import cli_settings
 
@@ -44,19 +45,18 @@ def eval_command(
 
     Example: `harness-r1 eval --env dbbench --split dev --limit 20 --out runs/dev.jsonl`"""
     from harness_r1.cli.jobs.eval import EvalRequest, run_eval
-    from harness_r1.cli.jobs.target import TargetSpec
 
     settings = cli_settings()
-    target = TargetSpec(
+    target = target_spec(
+        settings,
+        history_turns,
+        max_new_tokens,
         kind=policy,
         base_url=base_url,
         model=model,
         temperature=temperature,
         max_steps=max_steps,
         lockstep=lockstep,
-        max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
-        history_turns=or_setting(history_turns, settings.loop.history_turns),
-        cache_dir=settings.cache,
         prefix_cache=prefix_cache,
     )
     request = EvalRequest(env=env, split=split, limit=limit, seed=seed, out=out, target=target)
@@ -94,17 +94,16 @@ def canary_command(
     Example: `harness-r1 canary --env dbbench --split dev --limit 20 --guard-limit 20 --patch
     harness_r1/sandbox/reference_patches/dbbench_lookup.patch`"""
     from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
-    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.sandbox.gate import GateConfig
 
     settings = cli_settings()
     loop = settings.loop
-    target = TargetSpec(
+    target = target_spec(
+        settings,
+        history_turns,
+        max_new_tokens,
         max_steps=max_steps,
-        history_turns=or_setting(history_turns, loop.history_turns),
         lockstep=lockstep,
-        max_new_tokens=or_setting(max_new_tokens, loop.max_new_tokens),
-        cache_dir=settings.cache,
         prefix_cache=prefix_cache,
     )
     request = CanaryRequest(

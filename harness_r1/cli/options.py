@@ -5,9 +5,13 @@ prints the values in effect."""
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from harness_r1.cli.jobs.target import TargetSpec
+    from harness_r1.daemon.settings import Settings
 
 T = TypeVar("T")
 
@@ -36,3 +40,21 @@ Alpha = Annotated[
 def or_setting(value: T | None, setting: T) -> T:
     """The option when given, else the setting."""
     return setting if value is None else value
+
+
+def target_spec(
+    settings: Settings,
+    history_turns: int | None,
+    max_new_tokens: int | None,
+    **fields: Any,
+) -> TargetSpec:
+    """The target a command runs: its own options, the two settings-defaulted ones resolved
+    against `settings`, the model cache from the settings."""
+    from harness_r1.cli.jobs.target import TargetSpec
+
+    return TargetSpec(
+        history_turns=or_setting(history_turns, settings.loop.history_turns),
+        max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
+        cache_dir=settings.cache,
+        **fields,
+    )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from harness_r1.cli.group import command_group
-from harness_r1.cli.options import HistoryTurns, TargetTokens, or_setting
+from harness_r1.cli.options import HistoryTurns, TargetTokens, or_setting, target_spec
 from harness_r1.cli.settings import cli_settings
 
 train_app = command_group("Train the harness engineer (SFT, GRPO).")
@@ -44,7 +44,6 @@ def coldstart(
     Example: `harness-r1 train coldstart runs/train.jsonl --env dbbench --split standard --out
     runs/cs`"""
     from harness_r1.cli.jobs.coldstart import ColdStartRequest, run_coldstart
-    from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.trainer.teacher import TeacherConfig
     from harness_r1.trainer.writers import TemplateWriter
 
@@ -59,12 +58,8 @@ def coldstart(
         seed=seed,
         batch_size=batch_size,
         baseline_cache=baseline_cache,
-        target=TargetSpec(
-            max_steps=max_steps,
-            history_turns=or_setting(history_turns, settings.loop.history_turns),
-            max_new_tokens=or_setting(max_new_tokens, settings.loop.max_new_tokens),
-            cache_dir=settings.cache,
-            prefix_cache=prefix_cache,
+        target=target_spec(
+            settings, history_turns, max_new_tokens, max_steps=max_steps, prefix_cache=prefix_cache
         ),
     )
     teacher = TemplateWriter(TeacherConfig(max_templates=max_templates))
