@@ -23,6 +23,9 @@ class PolicySpec:
     # transformers only: answer one request at a time reusing the key/value cache of the
     # longest prompt prefix seen (see prefix_cache.py); wins on long multi-turn prompts
     prefix_cache: bool = False
+    # transformers only: float32, bfloat16, or auto (bf16 where the CPU computes it natively;
+    # harness_r1/harness/policies/cpu.py)
+    dtype: str = "float32"
 
 
 def build_policy(spec: PolicySpec) -> Policy:
@@ -51,6 +54,7 @@ def build_policy(spec: PolicySpec) -> Policy:
             sampling=spec.sampling,
             max_batch=spec.max_batch,
             prefix_cache=spec.prefix_cache,
+            dtype=spec.dtype,
         )
     return TransformersPolicy(
         backend.checkpoint,
@@ -58,4 +62,5 @@ def build_policy(spec: PolicySpec) -> Policy:
         sampling=spec.sampling,
         max_batch=spec.max_batch,
         prefix_cache=spec.prefix_cache,
+        dtype=spec.dtype,
     )

@@ -12,18 +12,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from harness_r1.harness.policies.base import (
     Generation,
     GenerationRequest,
     PolicyError,
     SamplingConfig,
 )
+from harness_r1.harness.policies.cpu import choose_dtype
 from harness_r1.harness.policies.local_models import (
     EMBEDDED,
     converted_checkpoint,
     turn_stop_ids,
 )
 from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
+
+log = structlog.get_logger(__name__)
 
 
 def crop_kv_cache(cache: Any, length: int) -> None:
@@ -102,13 +107,19 @@ class TransformersPolicy:
         threads: int | None = None,
         prefix_cache: bool = False,
         prefix_cache_entries: int | None = None,
+        dtype: str = "float32",
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(threads or _usable_cpus())
+        choice = choose_dtype(dtype)
+        self.dtype = choice.dtype
+        log.info("target_dtype", model=model_id, dtype=choice.dtype, reason=choice.reason)
         self.model_id = model_id
-        self.version = version
+        # another number format is another frozen target: its own version, so trajectories,
+        # packets and cached canary baselines never mix the two
+        self.version = version if choice.dtype == "float32" else f"{version}+{choice.dtype}"
         self.max_batch = max_batch
         self.sampling = sampling or SamplingConfig()
         self.max_prompt_tokens = max_prompt_tokens
@@ -117,7 +128,9 @@ class TransformersPolicy:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model: Any = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32)
+        self.model: Any = AutoModelForCausalLM.from_pretrained(
+            str(checkpoint), dtype=getattr(torch, choice.dtype)
+        )
         self.model.eval()
         stops = set(turn_stop_ids(self.tokenizer, self.model))
         self._stop_ids = torch.tensor(sorted(stops | {self.tokenizer.pad_token_id}))

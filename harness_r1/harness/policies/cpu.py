@@ -1,0 +1,52 @@
+"""Which number format the embedded target computes in on this host.
+
+bf16 halves the bytes every matrix product reads and, on CPUs with AMX or AVX512-BF16, runs on
+units fp32 does not use (issue 16 measured prefill x3.3 on such a CPU). Elsewhere torch
+emulates bf16 and it is slower than fp32, so "auto" looks at the CPU's flags, picks, and says
+why; the choice is also part of the target's version, so results of one format are never
+compared with, or cached as, the other's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Dtype = Literal["float32", "bfloat16"]
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+#: CPU flags (as /proc/cpuinfo spells them) of native bf16 matrix arithmetic.
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: Dtype
+    reason: str
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The first processor's flags; empty where there is no /proc/cpuinfo (not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def choose_dtype(requested: str, flags: frozenset[str] | None = None) -> DtypeChoice:
+    """`requested` as configured: "float32" and "bfloat16" are taken as they are, "auto"
+    becomes bfloat16 only where the CPU computes it natively."""
+    if requested not in DTYPES:
+        raise ValueError(f"unknown dtype {requested!r}; use one of {', '.join(DTYPES)}")
+    if requested != "auto":
+        return DtypeChoice(requested, "configured")  # type: ignore[arg-type]  # checked above
+    found = sorted((cpu_flags() if flags is None else flags) & set(BF16_FLAGS))
+    if found:
+        return DtypeChoice("bfloat16", f"auto: the CPU has {', '.join(found)}")
+    return DtypeChoice(
+        "float32", f"auto: no {' or '.join(BF16_FLAGS)} on this CPU, bf16 would be emulated"
+    )
