@@ -14,6 +14,7 @@ from harness_r1.cli.options import (
     HistoryTurns,
     MinBatch,
     MinGuard,
+    TargetDtype,
     TargetTokens,
     or_setting,
     target_spec,
@@ -40,6 +41,7 @@ def eval_command(
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
     ] = False,
+    dtype: TargetDtype = "float32",
 ) -> None:
     """Run the frozen target on real tasks under the base harness and report success rates.
 
@@ -58,6 +60,7 @@ def eval_command(
         max_steps=max_steps,
         lockstep=lockstep,
         prefix_cache=prefix_cache,
+        dtype=dtype,
     )
     request = EvalRequest(env=env, split=split, limit=limit, seed=seed, out=out, target=target)
     run_eval(request, settings.data_root(), console)
@@ -88,6 +91,7 @@ def canary_command(
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
     ] = False,
+    dtype: TargetDtype = "float32",
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
 
@@ -105,6 +109,7 @@ def canary_command(
         max_steps=max_steps,
         lockstep=lockstep,
         prefix_cache=prefix_cache,
+        dtype=dtype,
     )
     request = CanaryRequest(
         env=env,

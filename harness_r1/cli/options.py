@@ -31,6 +31,13 @@ MinGuard = Annotated[
     int | None,
     typer.Option(help="Minimum guard tasks to promote (default: settings loop.gate_min_guard)."),
 ]
+TargetDtype = Annotated[
+    str,
+    typer.Option(
+        help="Embedded target's number format: float32, bfloat16, or auto (bf16 only on CPUs "
+        "with amx_bf16 or avx512_bf16)."
+    ),
+]
 Alpha = Annotated[
     float | None,
     typer.Option(help="Level of the guard regression test (default: settings loop.gate_alpha)."),

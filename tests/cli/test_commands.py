@@ -264,7 +264,7 @@ def test_canary_options_default_to_the_settings(
     base = ["canary", "--env", "dbbench", "--split", "dev", "--patch", str(patch)]
     assert isinstance(runner.invoke(app, base).exception, _Stop)
     use_root_config(None)
-    given = [*base, "--history-turns", "5", "--min-batch", "9"]
+    given = [*base, "--history-turns", "5", "--min-batch", "9", "--dtype", "bfloat16"]
     assert isinstance(runner.invoke(app, given).exception, _Stop)
     defaulted, explicit = seen
     assert (defaulted.target.history_turns, defaulted.target.max_new_tokens) == (2, 40)
@@ -272,3 +272,5 @@ def test_canary_options_default_to_the_settings(
     assert defaulted.gate.min_guard_tasks == 20  # not set anywhere: the GateConfig default
     assert (explicit.target.history_turns, explicit.gate.min_batch_tasks) == (5, 9)
     assert explicit.target.max_new_tokens == 40
+    assert (defaulted.target.dtype, explicit.target.dtype) == ("float32", "bfloat16")
+    assert explicit.target.policy_spec().dtype == "bfloat16"

@@ -28,6 +28,7 @@ class TargetSpec:
     max_steps: int | None = None
     cache_dir: Path | None = None
     prefix_cache: bool = False
+    dtype: str = PolicySpec.dtype
 
     def policy_spec(self) -> PolicySpec:
         return PolicySpec(
@@ -40,6 +41,7 @@ class TargetSpec:
             ),
             cache_dir=self.cache_dir,
             prefix_cache=self.prefix_cache,
+            dtype=self.dtype,
         )
 
     def build_policy(self) -> Policy:
