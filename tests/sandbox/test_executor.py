@@ -794,3 +794,27 @@ def test_the_worker_starts_with_an_empty_environment() -> None:
             assert outcome(hs.call(PRE, {"do": "environ"}, {})) == HookCall(value="", state={})
     finally:
         del os.environ["HR1_TEST_SECRET"]
+
+
+def test_close_releases_the_worker_and_every_pipe_to_it() -> None:
+    """Closing kills and reaps the worker and closes our three pipe ends (an agent swaps
+    overlays for days: a leaked descriptor per swap would run it out of them)."""
+    h = hooks()
+    worker = h._worker
+    assert worker is not None
+    streams = (worker.proc.stdin, worker.proc.stdout, worker.proc.stderr)
+    h.close()
+    assert worker.proc.returncode is not None
+    assert all(stream is not None and stream.closed for stream in streams)
+
+
+def test_close_after_the_worker_died_and_was_reaped_does_not_raise() -> None:
+    """The worker can be gone before we close (killed, crashed, reaped): its process group
+    no longer exists, and closing must still succeed."""
+    h = hooks()
+    worker = h._worker
+    assert worker is not None
+    worker.proc.kill()
+    worker.proc.wait(timeout=5)
+    h.close()
+    assert h._worker is None
