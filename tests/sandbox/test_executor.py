@@ -818,3 +818,16 @@ def test_close_after_the_worker_died_and_was_reaped_does_not_raise() -> None:
     worker.proc.wait(timeout=5)
     h.close()
     assert h._worker is None
+
+
+def test_a_probe_of_a_refused_hook_set_says_it_was_refused() -> None:
+    """Once isolation was found missing, every later use is refused with the same reason,
+    the self-test included (it must not start a worker behind the refusal)."""
+    patch = Patch(env="any", hooks=[HookCode(hook=PRE, code=ACTOR)])
+    hs = IsolatedHooks(patch, SandboxConfig(fail_layer="seccomp"), static_checks=False)
+    refused = f"isolation incomplete (seccomp: {FORCED}); untrusted hooks refused"
+    with pytest.raises(RuntimeError) as raised:
+        hs.probe()
+    assert str(raised.value) == f"probe failed: unisolated_refused: {refused}"
+    assert hs.worker_pid is None
+    hs.close()
