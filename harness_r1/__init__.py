@@ -1,7 +1,7 @@
 """harness-r1: improve deployed LLM agents by editing their harness, proven on the frozen target.
 
 Subpackages, in the direction dependencies point:
-contracts -> envs -> harness -> sandbox -> trainer -> deploy -> daemon.
+contracts -> envs -> harness -> sandbox -> trainer -> deploy -> daemon -> cli (README "Layout").
 """
 
 __version__ = "0.1.0"
