@@ -831,3 +831,20 @@ def test_a_probe_of_a_refused_hook_set_says_it_was_refused() -> None:
     assert str(raised.value) == f"probe failed: unisolated_refused: {refused}"
     assert hs.worker_pid is None
     hs.close()
+
+
+def test_the_parent_sleeps_while_the_worker_computes() -> None:
+    """Waiting for a slow hook costs the agent's process no CPU: it polls the worker's pipe,
+    it does not spin on it (an agent runs next to its model on the same cores)."""
+    slow = (
+        "def hook(ctx, state):\n    n = 0\n    for i in range(4000000):\n        n += i\n"
+        '    return {"effect": "hint", "text": str(n)}\n'
+    )
+    h = hooks(slow, call_budget_s=10.0)
+    h.call(PRE, {}, {})  # warm: the worker is up and the code compiled
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = h.call(PRE, {}, {})
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    h.close()
+    assert result.fault is None and wall > 0.1, (result, wall)
+    assert cpu < 0.25 * wall, f"parent used {cpu:.3f} s CPU during a {wall:.3f} s call"
