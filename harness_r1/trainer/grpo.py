@@ -311,14 +311,6 @@ class _Start:
 
 
 def _run(job: _Job, start: _Start) -> TrainResult:
-    kind, rows, reward, rollout, max_steps = (
-        job.kind,
-        job.rows,
-        job.reward,
-        job.rollout,
-        job.max_steps,
-    )
-    settings, adapter = start.settings, start.adapter
     require_training_stack()
     from datasets import Dataset
     from transformers import set_seed
@@ -327,25 +319,25 @@ def _run(job: _Job, start: _Start) -> TrainResult:
     base_dir = resolve_base(start.base, start.cache_dir)
     key = run_key(
         {
-            "kind": kind,
+            "kind": job.kind,
             "base": model_fingerprint(base_dir),
-            "adapter": None if adapter is None else model_fingerprint(Path(adapter)),
+            "adapter": None if start.adapter is None else model_fingerprint(Path(start.adapter)),
             "data": job.data_identity,
-            "settings": identity_settings(settings),
+            "settings": identity_settings(start.settings),
         }
     )
-    run_dir, resume = select_run_dir(settings.output_root, kind, key, max_steps)
+    run_dir, resume = select_run_dir(start.settings.output_root, job.kind, key, job.max_steps)
     log.info(
-        f"{kind} run",
+        f"{job.kind} run",
         run_dir=str(run_dir),
         resume_from=None if resume is None else resume.name,
-        rows=len(rows),
-        max_steps=max_steps,
+        rows=len(job.rows),
+        max_steps=job.max_steps,
     )
-    set_seed(settings.seed)
-    model, tokenizer, peft_config = load_policy(base_dir, settings, adapter)
+    set_seed(start.settings.seed)
+    model, tokenizer, peft_config = load_policy(base_dir, start.settings, start.adapter)
     meter = make_meter()
-    recorder = _Recorder(reward, settings.num_generations)
+    recorder = _Recorder(job.reward, start.settings.num_generations)
     cls = start.trainer_cls or GRPOTrainer
     with warnings.catch_warnings():
         # TRL flags rollout_func as experimental; we pin trl==1.16.0, whose API this follows.
@@ -353,19 +345,19 @@ def _run(job: _Job, start: _Start) -> TrainResult:
         trainer = cls(
             model=model,
             reward_funcs=[recorder],
-            args=grpo_config(settings, run_dir, max_steps),
-            train_dataset=Dataset.from_list(rows),
+            args=grpo_config(start.settings, run_dir, job.max_steps),
+            train_dataset=Dataset.from_list(job.rows),
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=[meter, *start.callbacks],
-            rollout_func=rollout,
+            rollout_func=job.rollout,
         )
     output = trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
     metadata = run_metadata(
-        kind=kind,
+        kind=job.kind,
         base_dir=base_dir,
-        adapter=adapter,
-        settings=settings,
+        adapter=start.adapter,
+        settings=start.settings,
         trainer=trainer,
         output=output,
         meter=meter,
@@ -379,7 +371,7 @@ def _run(job: _Job, start: _Start) -> TrainResult:
             **job.extra(recorder),
         },
     )
-    result = publish_version(settings.output_root, save_adapter(trainer, tokenizer), metadata)
+    result = publish_version(start.settings.output_root, save_adapter(trainer, tokenizer), metadata)
     finish_run(run_dir, result)
     return result
 
