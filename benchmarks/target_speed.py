@@ -1,12 +1,15 @@
 """How fast the embedded frozen target decides, per configuration, in one run (issue 16).
 
-For each configuration (number format x prefix-cache reuse): decisions/s over real episodes
-(ALFWorld with the canary's history window, DBBench), then prefill tokens/s and decode
-tokens/s on one long ALFWorld prompt (a 1-token answer is the prefill; the rest of a 64-token
-answer is the decode). The first configuration is the old default (fp32 with the prefix
-cache); ratios are against it, measured in the same process, one configuration after the other.
+For each configuration (number format x decode engine, all with the prefix cache):
+decisions/s over real episodes (ALFWorld with the canary's history window, DBBench), then the
+raw model's prefill tokens/s (one 2,000-token prompt, last-position logits only) and decode
+tokens/s at ~2,000 cached tokens for 1 row and for 8 rows decoded together, next to the
+memory-bandwidth bound of a decode step (bytes of weights and cache read per step against the
+bandwidth measured here). The first configuration is the old default (fp32, prefix cache, rows
+answered one at a time); ratios are against it, measured in the same process, one
+configuration after the other.
 
-    .venv/bin/python benchmarks/target_speed.py --episodes 4 --max-steps 5
+    .venv/bin/python benchmarks/target_speed.py            # 8 episodes x 10 steps per env
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
-from harness_r1.harness.policies.base import GenerationRequest, SamplingConfig
+from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.cpu import BF16_FLAGS, cpu_flags
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+from harness_r1.harness.policies.transformers_backend import TransformersPolicy, crop_kv_cache
 from harness_r1.harness.tasks import spread
 
 
@@ -30,14 +34,16 @@ from harness_r1.harness.tasks import spread
 class Config:
     name: str
     dtype: str
-    prefix_cache: bool
+    batched_decode: bool
 
 
 CONFIGS = (
-    Config("fp32 + prefix cache (old default)", "float32", True),
-    Config("fp32, no prefix cache", "float32", False),
-    Config("bf16 + prefix cache", "bfloat16", True),
-    Config("bf16, no prefix cache", "bfloat16", False),
+    Config("old default: fp32, one row at a time", "float32", False),
+    Config("lever: bf16 alone", "bfloat16", False),
+    Config("lever: int8 alone (not equivalent)", "int8", False),
+    Config("lever: lockstep decode alone (fp32)", "float32", True),
+    Config("int8 + lockstep decode", "int8", True),
+    Config("new default here: bf16 + lockstep decode", "bfloat16", True),
 )
 
 
@@ -66,38 +72,75 @@ def decisions_per_s(
     return sum(t.outcome.steps for t in trajectories) / seconds[0]
 
 
-def long_prompt() -> list[dict[str, str]]:
-    """An ALFWorld-like prompt of ~2,500 tokens: the instructions and a long history."""
-    system = (
-        "You are an agent in a household. Interact with the environment to solve the task. "
-        "Answer with one command per turn: go to X, open X, take X from Y, put X in/on Y, "
-        "heat X with Y, cool X with Y, clean X with Y, use X, examine X, look, inventory. "
-    ) * 6
-    messages = [{"role": "system", "content": system}]
-    for step in range(14):
-        messages.append(
-            {"role": "user", "content": f"Step {step}: you are in the middle of a room. " * 8}
-        )
-        messages.append({"role": "assistant", "content": f"go to cabinet {step + 1}"})
-    messages.append({"role": "user", "content": "What is your next command?"})
-    return messages
+def bandwidth_gb_s(rounds: int = 3) -> float:
+    """Read bandwidth as torch sees it: the best of `rounds` sums over a 1 GiB tensor."""
+    import torch
+
+    big = torch.ones(256 * 1024 * 1024)
+    best = float("inf")
+    for _ in range(rounds):
+        with timed() as seconds:
+            big.sum()
+        best = min(best, seconds[0])
+    return big.numel() * 4 / best / 1e9
 
 
-def prefill_and_decode(dtype: str, rounds: int) -> tuple[float, float, int]:
-    one = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=1), dtype=dtype)
-    request = GenerationRequest(messages=long_prompt(), seed=0)
-    one.generate([request])  # warm-up
-    prompt_tokens = one.generate([request])[0].prompt_tokens or 0
-    with timed() as prefill:
-        for _ in range(rounds):
-            one.generate([request])
-    full = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=64), dtype=dtype)
-    full.generate([request])
-    with timed() as whole:
-        answers = [full.generate([request])[0] for _ in range(rounds)]
-    decoded = sum(a.tokens for a in answers) - rounds
-    decode_s = whole[0] - prefill[0]
-    return prompt_tokens * rounds / prefill[0], decoded / decode_s, prompt_tokens
+def weight_bytes(model: Any) -> int:
+    """Bytes of weights a decode step reads: every linear layer's (the tied output layer
+    included; int8 layers count one byte a weight), not the embedding table (one row)."""
+    import torch
+
+    total = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        weight = weight() if callable(weight) else weight
+        if isinstance(weight, torch.Tensor) and not isinstance(module, torch.nn.Embedding):
+            total += weight.numel() * weight.element_size()
+    return total
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    element = 2 if next(model.parameters()).dtype == torch_dtype("bfloat16") else 4
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * element
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def raw_speeds(policy: TransformersPolicy, context: int, rounds: int) -> dict[str, float]:
+    """Prefill tokens/s over `context` tokens; decode steps/s at `context` cached tokens for
+    1 and 8 rows, in the model's own attention implementation."""
+    import torch
+    from transformers import DynamicCache
+
+    model = policy.model
+    ids = torch.randint(100, 40_000, (8, context))
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        model(input_ids=ids[:1, :64], logits_to_keep=1)  # warm-up
+        with timed() as prefill:
+            for _ in range(rounds):
+                cache = DynamicCache()
+                model(input_ids=ids[:1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out["prefill"] = context * rounds / prefill[0]
+        for rows in (1, 8):
+            cache = DynamicCache()
+            for start in range(0, context, 500):
+                model(input_ids=ids[:rows, start : start + 500], past_key_values=cache)
+            mask = torch.ones(rows, context + 1, dtype=torch.long)
+            step = ids[:rows, -1:]
+            model(input_ids=step, attention_mask=mask, past_key_values=cache)
+            with timed() as decode:
+                for _ in range(rounds * 4):
+                    crop_kv_cache(cache, context)
+                    model(input_ids=step, attention_mask=mask, past_key_values=cache)
+            out[f"decode{rows}"] = rows * rounds * 4 / decode[0]
+    return out
 
 
 def main() -> None:
@@ -106,10 +149,12 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--history-turns", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--context", type=int, default=2000)
     parser.add_argument("--only", nargs="*", help="configuration names (prefixes) to run")
     args = parser.parse_args()
     native = sorted(cpu_flags() & set(BF16_FLAGS))
-    print(f"native bf16 flags on this CPU: {native or 'none'}")
+    bandwidth = bandwidth_gb_s()
+    print(f"native bf16 flags on this CPU: {native or 'none'}; read bandwidth {bandwidth:.1f} GB/s")
     rows = []
     for config in CONFIGS:
         if args.only and not any(config.name.startswith(p) for p in args.only):
@@ -117,26 +162,31 @@ def main() -> None:
         policy = TransformersPolicy.embedded(
             sampling=SamplingConfig(max_new_tokens=64),
             dtype=config.dtype,
-            prefix_cache=config.prefix_cache,
+            prefix_cache=True,
+            batched_decode=config.batched_decode,
             max_batch=args.episodes,
         )
         alf = decisions_per_s(policy, "alfworld", "valid_seen", args)
         db = decisions_per_s(policy, "dbbench", "dev", args)
-        prefill, decode, prompt = prefill_and_decode(config.dtype, args.rounds)
-        rows.append((config.name, alf, db, prefill, decode, prompt))
+        raw = raw_speeds(policy, args.context, args.rounds)
+        step_bytes = weight_bytes(policy.model) + args.context * kv_bytes_per_token(policy.model)
+        bound = bandwidth * 1e9 / step_bytes
+        rows.append((config.name, alf, db, raw, bound))
         print(rows[-1], flush=True)
     base = rows[0]
     print(
         "\n| configuration | ALFWorld decisions/s | DBBench decisions/s | prefill tokens/s "
-        "| decode tokens/s |"
+        "| decode tokens/s, 1 row | decode tokens/s, 8 rows | 1-row bandwidth bound |"
     )
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for name, alf, db, prefill, decode, _prompt in rows:
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, alf, db, raw, bound in rows:
         print(
             f"| {name} | {alf:.3f} (x{alf / base[1]:.2f}) | {db:.3f} (x{db / base[2]:.2f}) | "
-            f"{prefill:.0f} (x{prefill / base[3]:.2f}) | {decode:.1f} (x{decode / base[4]:.2f}) |"
+            f"{raw['prefill']:.0f} (x{raw['prefill'] / base[3]['prefill']:.2f}) | "
+            f"{raw['decode1']:.1f} | {raw['decode8']:.1f} "
+            f"(x{raw['decode8'] / base[3]['decode1']:.2f}) | {bound:.0f} |"
         )
-    print(f"\nprefill measured on a {base[5]}-token prompt")
+    print(f"\nraw speeds at {args.context} tokens of context")
 
 
 if __name__ == "__main__":

@@ -11,15 +11,18 @@ from rich.console import Console
 
 from harness_r1.cli.options import (
     Alpha,
+    BatchedDecode,
     HistoryTurns,
     MinBatch,
     MinGuard,
+    PrefixCache,
     TargetDtype,
     TargetTokens,
     or_setting,
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
+from harness_r1.harness.policies.factory import PolicySpec
 
 console = Console(stderr=True)
 
@@ -38,10 +41,9 @@ def eval_command(
     lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
     max_new_tokens: TargetTokens = None,
     history_turns: HistoryTurns = None,
-    prefix_cache: Annotated[
-        bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
-    ] = False,
-    dtype: TargetDtype = "float32",
+    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
+    batched_decode: BatchedDecode = PolicySpec.batched_decode,
+    dtype: TargetDtype = PolicySpec.dtype,
 ) -> None:
     """Run the frozen target on real tasks under the base harness and report success rates.
 
@@ -60,6 +62,7 @@ def eval_command(
         max_steps=max_steps,
         lockstep=lockstep,
         prefix_cache=prefix_cache,
+        batched_decode=batched_decode,
         dtype=dtype,
     )
     request = EvalRequest(env=env, split=split, limit=limit, seed=seed, out=out, target=target)
@@ -88,10 +91,9 @@ def canary_command(
         bool, typer.Option(help="Also re-run the batch unpatched: measures pairing noise.")
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
-    prefix_cache: Annotated[
-        bool, typer.Option(help="Reuse the KV cache of shared prompt prefixes (transformers).")
-    ] = False,
-    dtype: TargetDtype = "float32",
+    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
+    batched_decode: BatchedDecode = PolicySpec.batched_decode,
+    dtype: TargetDtype = PolicySpec.dtype,
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
 
@@ -109,6 +111,7 @@ def canary_command(
         max_steps=max_steps,
         lockstep=lockstep,
         prefix_cache=prefix_cache,
+        batched_decode=batched_decode,
         dtype=dtype,
     )
     request = CanaryRequest(

@@ -34,8 +34,23 @@ MinGuard = Annotated[
 TargetDtype = Annotated[
     str,
     typer.Option(
-        help="Embedded target's number format: float32, bfloat16, or auto (bf16 only on CPUs "
-        "with amx_bf16 or avx512_bf16)."
+        help="Embedded target's number format: auto (bf16 on CPUs with amx_bf16 or "
+        "avx512_bf16, else float32), float32, bfloat16, or int8 (faster, not equivalent)."
+    ),
+]
+PrefixCache = Annotated[
+    bool,
+    typer.Option(
+        "--prefix-cache/--no-prefix-cache",
+        help="Embedded target reuses the KV cache of shared prompt prefixes.",
+    ),
+]
+BatchedDecode = Annotated[
+    bool,
+    typer.Option(
+        "--batched-decode/--serial-decode",
+        help="With the prefix cache: decode a lockstep batch together, or one row at a time "
+        "(the engine before issue 16).",
     ),
 ]
 Alpha = Annotated[

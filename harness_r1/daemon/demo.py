@@ -215,6 +215,7 @@ def _fleet(
             max_batch=options.episodes_per_agent,
             sampling=SamplingConfig(max_new_tokens=64),
             cache_dir=settings.cache,
+            dtype=settings.loop.target_dtype,
         )
     )
     keyring = Keyring.from_directory(work / "keys")

@@ -147,6 +147,7 @@ class CanaryRunners:
                 api_key=api_key,
                 cache_dir=self.settings.cache,
                 sampling=SamplingConfig(max_new_tokens=loop.max_new_tokens),
+                dtype=loop.target_dtype,
             )
         )
         config = RunConfig(

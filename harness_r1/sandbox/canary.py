@@ -115,6 +115,8 @@ def generation_identity(policy: object) -> dict[str, Any]:
         "max_prompt_tokens": getattr(policy, "max_prompt_tokens", None),
         "max_batch": getattr(policy, "max_batch", None),
         "prefix_cache": getattr(policy, "prefix_cache", None) is not None,
+        "batched_decode": getattr(policy, "batched_decode", None),
+        "dtype": getattr(policy, "dtype", None),
     }
 
 

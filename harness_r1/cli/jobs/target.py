@@ -27,7 +27,8 @@ class TargetSpec:
     history_turns: int = RunConfig.history_turns
     max_steps: int | None = None
     cache_dir: Path | None = None
-    prefix_cache: bool = False
+    prefix_cache: bool = PolicySpec.prefix_cache
+    batched_decode: bool = PolicySpec.batched_decode
     dtype: str = PolicySpec.dtype
 
     def policy_spec(self) -> PolicySpec:
@@ -41,6 +42,7 @@ class TargetSpec:
             ),
             cache_dir=self.cache_dir,
             prefix_cache=self.prefix_cache,
+            batched_decode=self.batched_decode,
             dtype=self.dtype,
         )
 

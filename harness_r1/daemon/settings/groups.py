@@ -174,6 +174,7 @@ EngineerBackend = Annotated[
     Literal["template", "smollm2", "openai", "vllm"], BeforeValidator(_lower)
 ]
 TargetPolicy = Annotated[Literal["smollm2", "openai"], BeforeValidator(_lower)]
+TargetDtype = Annotated[Literal["auto", "float32", "bfloat16", "int8"], BeforeValidator(_lower)]
 LogFormat = Annotated[Literal["json", "console"], BeforeValidator(_lower)]
 LogLevel = Annotated[
     Literal["debug", "info", "warning", "error", "critical"], BeforeValidator(_lower)
@@ -229,6 +230,11 @@ class LoopOptions(_Group):
         default="smollm2",
         description="The frozen target the canaries run: smollm2 (embedded) or openai (server "
         "at target_url).",
+    )
+    target_dtype: TargetDtype = Field(
+        default="auto",
+        description="Number format of the embedded target: auto (bf16 where the CPU computes "
+        "it natively, else float32; chosen at start and logged), float32, bfloat16, int8.",
     )
     target_url: str | None = Field(
         default=None, description="Base URL of the target's OpenAI-compatible server."

@@ -1,10 +1,19 @@
 """Which number format the embedded target computes in on this host.
 
 bf16 halves the bytes every matrix product reads and, on CPUs with AMX or AVX512-BF16, runs on
-units fp32 does not use (issue 16 measured prefill x3.3 on such a CPU). Elsewhere torch
-emulates bf16 and it is slower than fp32, so "auto" looks at the CPU's flags, picks, and says
-why; the choice is also part of the target's version, so results of one format are never
-compared with, or cached as, the other's.
+units fp32 does not use (issue 16: prefill x2.4 on this project's 2-core EPYC with AVX512-BF16,
+x3.3 on a CPU with AMX). Elsewhere torch emulates bf16 and it is slower than fp32, so "auto"
+looks at the CPU's flags, picks, and says why.
+
+int8 (dynamic quantization: per-channel int8 weights, activations quantized per call with a
+scale taken from that call's tokens) is selectable and measured (decode x2.3) but never chosen
+by "auto": its answers depend on which tokens share a call, so the same prompt read again from
+the prefix cache, or batched with other prompts, gets another answer, and on the canary's
+prompts its greedy text differed from fp32's from the first tokens on. A frozen target whose
+answers move with its batch cannot pair a canary.
+
+The choice is part of the target's version, so results of one format are never compared with,
+or cached as, another's.
 """
 
 from __future__ import annotations
@@ -13,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Dtype = Literal["float32", "bfloat16"]
-DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+Dtype = Literal["float32", "bfloat16", "int8"]
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "int8")
 #: CPU flags (as /proc/cpuinfo spells them) of native bf16 matrix arithmetic.
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -38,8 +47,8 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 
 
 def choose_dtype(requested: str, flags: frozenset[str] | None = None) -> DtypeChoice:
-    """`requested` as configured: "float32" and "bfloat16" are taken as they are, "auto"
-    becomes bfloat16 only where the CPU computes it natively."""
+    """`requested` as configured: "float32", "bfloat16" and "int8" are taken as they are,
+    "auto" becomes bfloat16 only where the CPU computes it natively, else float32."""
     if requested not in DTYPES:
         raise ValueError(f"unknown dtype {requested!r}; use one of {', '.join(DTYPES)}")
     if requested != "auto":

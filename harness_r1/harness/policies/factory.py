@@ -20,12 +20,15 @@ class PolicySpec:
     sampling: SamplingConfig = SamplingConfig()
     timeout_s: float = 60.0
     cache_dir: Path | None = None  # converted checkpoints of embedded models
-    # transformers only: answer one request at a time reusing the key/value cache of the
-    # longest prompt prefix seen (see prefix_cache.py); wins on long multi-turn prompts
-    prefix_cache: bool = False
-    # transformers only: float32, bfloat16, or auto (bf16 where the CPU computes it natively;
-    # harness_r1/harness/policies/cpu.py)
-    dtype: str = "float32"
+    # transformers only: read each prompt reusing the key/value cache of the longest prompt
+    # prefix seen (see prefix_cache.py); wins on long multi-turn prompts
+    prefix_cache: bool = True
+    # transformers with the prefix cache: decode the requests of a call together (kv_lockstep.py)
+    # rather than one at a time (the engine before issue 16)
+    batched_decode: bool = True
+    # transformers only: auto (bf16 where the CPU computes it natively, else fp32), float32,
+    # bfloat16, int8 (harness_r1/harness/policies/cpu.py)
+    dtype: str = "auto"
 
 
 def build_policy(spec: PolicySpec) -> Policy:
@@ -54,6 +57,7 @@ def build_policy(spec: PolicySpec) -> Policy:
             sampling=spec.sampling,
             max_batch=spec.max_batch,
             prefix_cache=spec.prefix_cache,
+            batched_decode=spec.batched_decode,
             dtype=spec.dtype,
         )
     return TransformersPolicy(
@@ -62,5 +66,6 @@ def build_policy(spec: PolicySpec) -> Policy:
         sampling=spec.sampling,
         max_batch=spec.max_batch,
         prefix_cache=spec.prefix_cache,
+        batched_decode=spec.batched_decode,
         dtype=spec.dtype,
     )

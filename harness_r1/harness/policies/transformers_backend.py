@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,12 @@ from harness_r1.harness.policies.base import (
     SamplingConfig,
 )
 from harness_r1.harness.policies.cpu import choose_dtype
+from harness_r1.harness.policies.kv_lockstep import (
+    RowState,
+    decode_together,
+    next_tokens,
+    row_cache,
+)
 from harness_r1.harness.policies.local_models import (
     EMBEDDED,
     converted_checkpoint,
@@ -65,8 +72,25 @@ def check_prefix_cache_support(model: Any) -> None:
         raise ValueError(
             f"--prefix-cache supports full-attention dynamic caches only; this model has "
             f"cache_implementation={special!r}, sliding_window={sliding!r}, "
-            f"layer_types={sorted(layer_types)}"
+            f"layer_types={sorted(layer_types)} (run it with --no-prefix-cache)"
         )
+
+
+def load_model(auto_class: Any, checkpoint: Path, dtype: str) -> Any:
+    """The checkpoint in `dtype`, in eval mode: int8 is the fp32 model with its linear layers
+    dynamically quantized (per-channel int8 weights; torch's eager API, which torch marks as
+    moving to torchao: its deprecation warnings are silenced here, once, not hidden
+    elsewhere)."""
+    import torch
+
+    if dtype != "int8":
+        return auto_class.from_pretrained(str(checkpoint), dtype=getattr(torch, dtype)).eval()
+    model = auto_class.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig})
 
 
 def _usable_cpus() -> int:
@@ -84,13 +108,17 @@ class TransformersPolicy:
     padding changes the numerics slightly). The canary's pairing inherits this; it is
     documented, not hidden.
 
-    With `prefix_cache=True` requests are answered one at a time, each reusing the key/value
-    cache of the longest token prefix seen before (its own episode's previous turn, or the
-    instructions every episode shares): long multi-turn prompts (ALFWorld) then cost mostly
-    their new tokens. Sampling is then seeded per request from its own seed. Reading a prefix
-    from the cache rather than in one pass changes the floating-point numerics slightly, and
+    With `prefix_cache=True` each prompt is read reusing the key/value cache of the longest
+    token prefix seen before (its own episode's previous turn, or the instructions every
+    episode shares): long multi-turn prompts (ALFWorld) then cost mostly their new tokens.
+    Then, with `batched_decode=True` (the default), the requests of a call are decoded
+    together, one forward pass per token for all of them (kv_lockstep.py, with the decode
+    attention of gqa_attention.py); with `batched_decode=False` they are answered one at a time
+    by `generate` (the engine before issue 16, kept selectable). Sampling is then seeded per
+    request from its own seed. Reading a prefix from the cache rather than in one pass, and
+    decoding next to other rows (padding), change the floating-point numerics slightly, and
     whether a request hits depends on what ran before it, so (as with batching) greedy text can
-    rarely differ between runs of different composition. BENCHMARKS.md measures both modes.
+    rarely differ between runs of different composition. BENCHMARKS.md measures both.
     """
 
     # Why this size: keyword options of the embedded model (checkpoint, sampling, batch, cache,
@@ -108,6 +136,7 @@ class TransformersPolicy:
         prefix_cache: bool = False,
         prefix_cache_entries: int | None = None,
         dtype: str = "float32",
+        batched_decode: bool = True,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -115,7 +144,14 @@ class TransformersPolicy:
         torch.set_num_threads(threads or _usable_cpus())
         choice = choose_dtype(dtype)
         self.dtype = choice.dtype
-        log.info("target_dtype", model=model_id, dtype=choice.dtype, reason=choice.reason)
+        log.info(
+            "target_engine",
+            model=model_id,
+            dtype=choice.dtype,
+            reason=choice.reason,
+            prefix_cache=prefix_cache,
+            decode="lockstep" if prefix_cache and batched_decode else "generate",
+        )
         self.model_id = model_id
         # another number format is another frozen target: its own version, so trajectories,
         # packets and cached canary baselines never mix the two
@@ -128,12 +164,15 @@ class TransformersPolicy:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model: Any = AutoModelForCausalLM.from_pretrained(
-            str(checkpoint), dtype=getattr(torch, choice.dtype)
-        )
-        self.model.eval()
+        self.model: Any = load_model(AutoModelForCausalLM, checkpoint, choice.dtype)
+        self.batched_decode = batched_decode
+        if prefix_cache and batched_decode:
+            from harness_r1.harness.policies import gqa_attention
+
+            self.model.set_attn_implementation(gqa_attention.register())
         stops = set(turn_stop_ids(self.tokenizer, self.model))
-        self._stop_ids = torch.tensor(sorted(stops | {self.tokenizer.pad_token_id}))
+        self._stop_set = frozenset(stops | {self.tokenizer.pad_token_id})
+        self._stop_ids = torch.tensor(sorted(self._stop_set))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
         self.prefix_cache: PrefixCacheStore[Any] | None = None
@@ -163,11 +202,16 @@ class TransformersPolicy:
         return text
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        if self.prefix_cache is not None:
-            return [self._generate_reusing_prefix(r, self.prefix_cache) for r in requests]
+        store = self.prefix_cache
+        if store is not None and not self.batched_decode:
+            return [self._generate_reusing_prefix(r, store) for r in requests]
         out: list[Generation] = []
         for start in range(0, len(requests), self.max_batch):
-            out.extend(self._generate_batch(requests[start : start + self.max_batch]))
+            batch = requests[start : start + self.max_batch]
+            if store is not None:
+                out.extend(self._generate_lockstep(batch, store))
+            else:
+                out.extend(self._generate_batch(batch))
         return out
 
     def _generation_kwargs(self) -> dict[str, Any]:
@@ -191,10 +235,7 @@ class TransformersPolicy:
         self.generated_tokens += n_tokens
         return Generation(text=text.strip(), tokens=n_tokens, prompt_tokens=prompt_tokens)
 
-    def _generate_reusing_prefix(
-        self, request: GenerationRequest, store: PrefixCacheStore[Any]
-    ) -> Generation:
-        torch = self._torch
+    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
         self.tokenizer.truncation_side = "left"
         ids: list[int] = self.tokenizer(
             self._prompt(request),
@@ -202,6 +243,72 @@ class TransformersPolicy:
             max_length=self.max_prompt_tokens,
             add_special_tokens=False,
         )["input_ids"]
+        return ids
+
+    def _generate_lockstep(
+        self, requests: Sequence[GenerationRequest], store: PrefixCacheStore[Any]
+    ) -> list[Generation]:
+        """Each prompt read alone from its cached prefix, then all decoded together
+        (kv_lockstep.py); every row's grown cache goes back to the store."""
+        torch = self._torch
+        rows: list[RowState] = []
+        caches: list[Any] = []
+        first: list[int] = []
+        started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                for request in requests:
+                    row = RowState(self._prompt_ids(request), self._generator(request), [])
+                    cache = self._prefill(row.ids, store)
+                    first.append(next_tokens(cache.logits[:, -1], self.sampling, [row])[0])
+                    rows.append(row)
+                    caches.append(cache.past_key_values)
+                stacked, pads = decode_together(
+                    self.model,
+                    rows,
+                    caches,
+                    first,
+                    sampling=self.sampling,
+                    stop_ids=self._stop_set,
+                    pad_id=self.tokenizer.pad_token_id,
+                )
+        except (RuntimeError, ValueError) as err:  # pragma: no cover - resource failures
+            store.clear()
+            raise PolicyError(f"generation failed: {err}") from err
+        self.generate_seconds += time.perf_counter() - started
+        answers = []
+        for index, row in enumerate(rows):
+            read = row.ids + row.generated[:-1]
+            store.put(read, row_cache(stacked, index, pads[index], len(read)))
+            answers.append(self._answer(torch.tensor(row.generated), len(row.ids)))
+        return answers
+
+    def _prefill(self, ids: list[int], store: PrefixCacheStore[Any]) -> Any:
+        """One forward pass over the tokens of `ids` its longest cached prefix lacks; only
+        the last position's logits are computed."""
+        from transformers import DynamicCache
+
+        hit = store.take(ids)
+        cache = hit.cache if hit is not None else DynamicCache()
+        start = hit.length if hit is not None else 0
+        return self.model(
+            input_ids=self._torch.tensor([ids[start:]]),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+
+    def _generator(self, request: GenerationRequest) -> Any:
+        """A request's own sampler, seeded from its seed (None when greedy)."""
+        if self.sampling.greedy:
+            return None
+        return self._torch.Generator().manual_seed(request.seed & 0x7FFFFFFF)
+
+    def _generate_reusing_prefix(
+        self, request: GenerationRequest, store: PrefixCacheStore[Any]
+    ) -> Generation:
+        torch = self._torch
+        ids = self._prompt_ids(request)
         kwargs = self._generation_kwargs()
         if not self.sampling.greedy:
             torch.manual_seed(request.seed & 0x7FFFFFFF)

@@ -1,0 +1,137 @@
+"""Decode the requests of one lockstep batch together, each prompt read with its own prefix cache.
+
+Why: with the prefix cache a decision costs its ~160 new prompt tokens and ~60 generated ones
+(ALFWorld, issue 16), and a generated token costs one pass over every weight whether it is for
+one row or for eight: decoding the rows of a batch one at a time pays that pass once per row
+and token. Here each row's prompt is read alone (reusing its own cached prefix, no padding, so
+prefill work stays proportional to new tokens), then the rows' caches are left-padded into one
+batch and every decode step answers all rows with one forward pass. Afterwards each row's cache
+is cut out of the batch again (without the padding) and goes back to the prefix store.
+
+`transformers.generate` cannot do this: it takes one cache for the whole batch, so rows whose
+cached prefixes differ in length could not keep them. The loop below is the plain greedy/top-p
+decode that `generate` runs, with explicit per-row positions (rotary embeddings must not count
+the padding) and an attention mask over the padding.
+
+torch and transformers are imported inside the functions: this module is imported by the
+policy only once it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness_r1.harness.policies.base import SamplingConfig
+
+
+@dataclass
+class RowState:
+    """One request in the batch: the tokens its cache holds (`ids`, the whole prompt after
+    prefill), its sampler, what it has generated and whether it has stopped."""
+
+    ids: list[int]
+    generator: Any
+    generated: list[int]
+    done: bool = False
+
+
+def left_pad_stack(caches: Sequence[Any]) -> tuple[Any, list[int]]:
+    """One DynamicCache holding all rows' caches, each left-padded with zeros to the longest;
+    returns it and each row's padding."""
+    import torch
+    from transformers import DynamicCache
+
+    lengths = [c.get_seq_length() for c in caches]
+    longest = max(lengths)
+    pads = [longest - n for n in lengths]
+    stacked = DynamicCache()
+    padded = list(zip(caches, pads, strict=True))
+    for index in range(len(caches[0].layers)):
+        keys = [_left_pad(c.layers[index].keys, p, torch) for c, p in padded]
+        values = [_left_pad(c.layers[index].values, p, torch) for c, p in padded]
+        stacked.update(torch.cat(keys), torch.cat(values), index)
+    return stacked, pads
+
+
+def _left_pad(tensor: Any, pad: int, torch: Any) -> Any:
+    if pad == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[-2] = pad
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=-2)
+
+
+def row_cache(stacked: Any, row: int, start: int, length: int) -> Any:
+    """A new DynamicCache with a copy of positions [start, start + length) of one row."""
+    from transformers import DynamicCache
+
+    out = DynamicCache()
+    for index, layer in enumerate(stacked.layers):
+        keys = layer.keys[row : row + 1, :, start : start + length].clone()
+        values = layer.values[row : row + 1, :, start : start + length].clone()
+        out.update(keys, values, index)
+    return out
+
+
+def next_tokens(logits: Any, sampling: SamplingConfig, rows: Sequence[RowState]) -> list[int]:
+    """The next token of every row from its last-position logits ([rows, vocab]): argmax when
+    greedy, else temperature and top-p sampling from each row's own generator (so a request's
+    sample does not depend on which other requests share its batch)."""
+    import torch
+
+    if sampling.greedy:
+        return [int(t) for t in logits.argmax(dim=-1)]
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    beyond_top_p = sorted_probs.cumsum(dim=-1) - sorted_probs > sampling.top_p
+    sorted_probs = sorted_probs.masked_fill(beyond_top_p, 0.0)
+    return [
+        int(order[i, torch.multinomial(sorted_probs[i], 1, generator=row.generator)])
+        for i, row in enumerate(rows)
+    ]
+
+
+def decode_together(
+    model: Any,
+    rows: Sequence[RowState],
+    caches: Sequence[Any],
+    first: Sequence[int],
+    *,
+    sampling: SamplingConfig,
+    stop_ids: frozenset[int],
+    pad_id: int,
+) -> tuple[Any, list[int]]:
+    """Decode all rows from their prefilled caches and first tokens until each has produced a
+    stop token or `max_new_tokens`; returns the batched cache (row i's valid positions start
+    at its padding and hold its `ids` and all but its last generated token)."""
+    import torch
+
+    for row, token in zip(rows, first, strict=True):
+        row.generated.append(token)
+        row.done = token in stop_ids or sampling.max_new_tokens <= 1
+    stacked, pads = left_pad_stack(caches)
+    longest = stacked.get_seq_length()
+    mask = torch.ones(len(rows), longest, dtype=torch.long)
+    for i, pad in enumerate(pads):
+        mask[i, :pad] = 0
+    positions = torch.tensor([[len(row.ids)] for row in rows])
+    while not all(row.done for row in rows):
+        inputs = torch.tensor([[pad_id if row.done else row.generated[-1]] for row in rows])
+        mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+        output = model(
+            input_ids=inputs,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=stacked,
+            use_cache=True,
+        )
+        stacked = output.past_key_values
+        positions = positions + 1
+        for row, token in zip(rows, next_tokens(output.logits[:, -1], sampling, rows), strict=True):
+            if row.done:
+                continue
+            row.generated.append(token)
+            row.done = token in stop_ids or len(row.generated) >= sampling.max_new_tokens
+    return stacked, pads
