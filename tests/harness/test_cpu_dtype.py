@@ -42,3 +42,45 @@ def test_a_bf16_target_is_another_version_and_still_answers() -> None:
     )
     first, again = bf16.generate([request]), bf16.generate([request])
     assert first[0].text and first == again
+
+
+def test_int8_is_selectable_but_never_chosen_by_auto() -> None:
+    """int8's answers move with the tokens that share a call (per-call activation scales), so
+    a paired canary cannot rest on it: auto skips it even where its kernels would run."""
+    vnni = frozenset({"avx2", "avx512f", "avx512_vnni"})
+    assert choose_dtype("auto", vnni).dtype == "float32"
+    assert choose_dtype("int8", frozenset()) == DtypeChoice("int8", "configured")
+
+
+@pytest.mark.integration
+def test_auto_on_a_cpu_without_native_bf16_falls_back_to_fp32_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from structlog.testing import capture_logs
+
+    from harness_r1.harness.policies import cpu
+    from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"sse2", "avx2"}))
+    with capture_logs() as logs:
+        policy = TransformersPolicy.embedded(
+            sampling=SamplingConfig(max_new_tokens=4), dtype="auto"
+        )
+    assert policy.dtype == "float32" and "+" not in policy.version
+    assert str(next(policy.model.parameters()).dtype) == "torch.float32"
+    engine = [e for e in logs if e["event"] == "target_engine"]
+    assert len(engine) == 1
+    assert engine[0]["dtype"] == "float32"
+    assert "no amx_bf16 or avx512_bf16" in engine[0]["reason"]
+    assert engine[0]["decode"] == "generate"  # no prefix cache asked for here
+
+
+@pytest.mark.integration
+def test_an_int8_target_is_another_version_and_answers() -> None:
+    from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+
+    int8 = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=4), dtype="int8")
+    assert int8.version.endswith("+int8") and int8.dtype == "int8"
+    assert any("Quantized" in type(m).__name__ for m in int8.model.modules())
+    request = GenerationRequest(messages=[{"role": "user", "content": "Say hello."}], seed=0)
+    assert int8.generate([request])[0].tokens >= 1

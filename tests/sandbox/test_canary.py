@@ -696,20 +696,27 @@ class LocalModel:
     max_prompt_tokens: int = 3072
     max_batch: int = 8
     prefix_cache: object | None = None
+    batched_decode: bool | None = None
+    dtype: str | None = None
 
 
 def test_generation_identity_reads_every_setting_that_changes_what_the_target_writes() -> None:
-    assert generation_identity(LocalModel(prefix_cache=object())) == {
+    local = LocalModel(prefix_cache=object(), batched_decode=True, dtype="bfloat16")
+    assert generation_identity(local) == {
         "sampling": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64},
         "max_prompt_tokens": 3072,
         "max_batch": 8,
         "prefix_cache": True,
+        "batched_decode": True,
+        "dtype": "bfloat16",
     }
     assert generation_identity(ScriptedPolicy(["x"], max_batch=4)) == {
         "sampling": None,
         "max_prompt_tokens": None,
         "max_batch": 4,
         "prefix_cache": False,
+        "batched_decode": None,
+        "dtype": None,
     }
     # a backend without a setting reads as None (prefix reuse: off), never as an error
     assert generation_identity(object()) == {
@@ -717,6 +724,8 @@ def test_generation_identity_reads_every_setting_that_changes_what_the_target_wr
         "max_prompt_tokens": None,
         "max_batch": None,
         "prefix_cache": False,
+        "batched_decode": None,
+        "dtype": None,
     }
 
     def key(model: LocalModel) -> str:
@@ -728,6 +737,9 @@ def test_generation_identity_reads_every_setting_that_changes_what_the_target_wr
     assert key(LocalModel(max_prompt_tokens=2048)) != same
     assert key(LocalModel(max_batch=4)) != same
     assert key(LocalModel(prefix_cache=object())) != same
+    # the engine and the number format are part of how the target generates (issue 16)
+    assert key(LocalModel(batched_decode=False)) != key(LocalModel(batched_decode=True))
+    assert key(LocalModel(dtype="bfloat16")) != key(LocalModel(dtype="float32"))
 
 
 def test_pairing_of_outcomes_of_another_length_is_refused() -> None:

@@ -22,12 +22,6 @@ from harness_r1.harness.policies.base import (
     SamplingConfig,
 )
 from harness_r1.harness.policies.cpu import choose_dtype
-from harness_r1.harness.policies.kv_lockstep import (
-    RowState,
-    decode_together,
-    next_tokens,
-    row_cache,
-)
 from harness_r1.harness.policies.local_models import (
     EMBEDDED,
     converted_checkpoint,
@@ -250,6 +244,13 @@ class TransformersPolicy:
     ) -> list[Generation]:
         """Each prompt read alone from its cached prefix, then all decoded together
         (kv_lockstep.py); every row's grown cache goes back to the store."""
+        from harness_r1.harness.policies.kv_lockstep import (
+            RowState,
+            decode_together,
+            next_tokens,
+            row_cache,
+        )
+
         torch = self._torch
         rows: list[RowState] = []
         caches: list[Any] = []

@@ -1,0 +1,114 @@
+"""Lockstep decode's pieces on small tensors: stacking caches with left padding and cutting a
+row back out, choosing next tokens, and the grouped-query decode attention (same numbers as
+transformers' own sdpa attention). The real model: tests/integration/test_target_engine.py."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from transformers import DynamicCache  # noqa: E402
+from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
+
+from harness_r1.harness.policies.base import SamplingConfig  # noqa: E402
+from harness_r1.harness.policies.gqa_attention import gqa_decode_attention  # noqa: E402
+from harness_r1.harness.policies.kv_lockstep import (  # noqa: E402
+    RowState,
+    left_pad_stack,
+    next_tokens,
+    row_cache,
+)
+
+
+def _cache(length: int, layers: int = 2, fill: float = 1.0) -> DynamicCache:
+    cache = DynamicCache()
+    for index in range(layers):
+        keys = torch.full((1, 3, length, 4), fill + index)
+        values = (
+            torch.arange(length, dtype=torch.float32)
+            .reshape(1, 1, length, 1)
+            .expand(1, 3, length, 4)
+            + 100 * index
+        )
+        cache.update(keys, values.clone(), index)
+    return cache
+
+
+def test_caches_are_left_padded_to_the_longest_and_cut_back_out_exactly() -> None:
+    short, long = _cache(2, fill=1.0), _cache(5, fill=7.0)
+    stacked, pads = left_pad_stack([short, long], room=2)
+    assert pads == [3, 0]
+    assert stacked.get_seq_length() == 5
+    layer = stacked.layers[1]
+    assert layer.keys.shape == (2, 3, 5, 4)
+    assert torch.all(layer.keys[0, :, :3] == 0) and torch.all(layer.keys[0, :, 3:] == 2.0)
+    for row, (original, pad) in enumerate(zip([short, long], pads, strict=True)):
+        length = original.get_seq_length()
+        back = row_cache(stacked, row, pad, length)
+        for got, want in zip(back.layers, original.layers, strict=True):
+            assert torch.equal(got.keys, want.keys) and torch.equal(got.values, want.values)
+    # decode steps write in place while there is room, and grow past it keeping every token
+    buffer = layer.keys.data_ptr()
+    for step in range(3):
+        token = torch.full((2, 3, 1, 4), 50.0 + step)
+        keys, values = layer.update(token, token.clone())
+        assert keys.shape == (2, 3, 6 + step, 4) and torch.all(keys[:, :, -1] == 50.0 + step)
+        assert (keys.data_ptr() == buffer) == (step < 2)
+    assert stacked.layers[1].get_seq_length() == 8
+    assert torch.all(layer.keys[0, :, 3:5] == 2.0) and torch.all(layer.keys[:, :, 5:7] >= 50)
+    # a cut-out row is a copy: growing it leaves the batch alone
+    back = row_cache(stacked, 0, 3, 1)
+    back.layers[0].keys += 1
+    assert torch.all(stacked.layers[0].keys[0, :, 3:] == 1.0)
+
+
+def test_greedy_takes_the_argmax_and_sampling_follows_each_rows_own_generator() -> None:
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
+    rows = [RowState([1], None, []), RowState([2], None, [])]
+    assert next_tokens(logits, SamplingConfig(), rows) == [1, 0]
+    sampled = SamplingConfig(temperature=1.0, top_p=0.5)
+
+    def seeded(seed: int) -> list[RowState]:
+        return [RowState([1], torch.Generator().manual_seed(seed), []) for _ in range(2)]
+
+    # top_p 0.5 keeps only each row's most likely token, whatever the generator draws
+    assert next_tokens(logits, sampled, seeded(1)) == [1, 0]
+    flat = torch.zeros(2, 50)
+    wide = SamplingConfig(temperature=1.0, top_p=1.0)
+    draws = [next_tokens(flat, wide, seeded(s)) for s in (3, 3, 4)]
+    assert draws[0] == draws[1]  # same seeds, same draws
+    assert draws[0][0] == draws[0][1]  # rows with the same seed draw the same
+    assert draws[0] != draws[2]
+
+
+class _Layer:
+    """What the attention functions read from the layer module."""
+
+    num_key_value_groups = 3
+    is_causal = True
+    training = False
+
+
+def test_grouped_decode_attention_equals_sdpa_with_a_padding_mask() -> None:
+    torch.manual_seed(0)
+    batch, kv_heads, groups, length, dim = 2, 3, 3, 7, 8
+    query = torch.randn(batch, kv_heads * groups, 1, dim)
+    key = torch.randn(batch, kv_heads, length, dim)
+    value = torch.randn(batch, kv_heads, length, dim)
+    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    mask[0, :, :, :3] = False  # row 0 is left-padded by three
+    ours, _ = gqa_decode_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
+    theirs, _ = sdpa_attention_forward(_Layer(), query, key, value, mask, scaling=dim**-0.5)
+    assert ours.shape == theirs.shape == (batch, 1, kv_heads * groups, dim)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    # the padding really is masked: changing a padded key changes nothing
+    key[0, :, :3] += 10
+    again, _ = gqa_decode_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
+    assert torch.allclose(again, ours, atol=1e-6)
+    # prefill (several query tokens) is left to transformers' own function
+    several = torch.randn(batch, kv_heads * groups, 4, dim)
+    mask4 = torch.ones(batch, 1, 4, length, dtype=torch.bool)
+    ours4, _ = gqa_decode_attention(_Layer(), several, key, value, mask4, scaling=0.3)
+    theirs4, _ = sdpa_attention_forward(_Layer(), several, key, value, mask4, scaling=0.3)
+    assert torch.equal(ours4, theirs4)
