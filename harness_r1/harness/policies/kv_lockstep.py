@@ -19,6 +19,7 @@ lockstep, so the CLI and daemon still start fast.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,15 @@ class PreallocatedLayer(DynamicLayer):
             keys[:, :, start:end] = key_states
             values[:, :, start:end] = value_states
         return self._set_length(end)
+
+
+def alias(cache: DynamicCache) -> DynamicCache:
+    """A second cache object over the same key/value tensors (nothing copied). Safe to hand to
+    the prefix store next to the original: a DynamicLayer never writes into its tensors (it
+    grows by `torch.cat` and crops by slicing), so neither object can change the other."""
+    twin = copy.copy(cache)
+    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    return twin
 
 
 def row_cache(stacked: Any, row: int, start: int, length: int) -> Any:

@@ -146,6 +146,13 @@ class PrefixCacheStore(Generic[C]):
         if self._tokens > self.max_tokens:  # one entry larger than the whole budget
             self.clear()
 
+    def discard(self, tokens: Sequence[int]) -> None:
+        """Drop the entry of exactly `tokens`, if there is one (an entry a longer one replaces)."""
+        key = tuple(tokens)
+        if key in self._entries:
+            del self._entries[key]
+            self._tokens -= len(key)
+
     def clear(self) -> None:
         self._entries.clear()
         self._tokens = 0

@@ -243,9 +243,14 @@ class TransformersPolicy:
         self, requests: Sequence[GenerationRequest], store: PrefixCacheStore[Any]
     ) -> list[Generation]:
         """Each prompt read alone from its cached prefix, then all decoded together
-        (kv_lockstep.py); every row's grown cache goes back to the store."""
+        (kv_lockstep.py); every row's grown cache goes back to the store.
+
+        A row's prompt cache is in the store as soon as the row is read, so the next rows of
+        the same call already reuse it (the instructions every episode's first prompt shares);
+        after decoding, the grown cache replaces it."""
         from harness_r1.harness.policies.kv_lockstep import (
             RowState,
+            alias,
             decode_together,
             next_tokens,
             row_cache,
@@ -264,6 +269,7 @@ class TransformersPolicy:
                     first.append(next_tokens(cache.logits[:, -1], self.sampling, [row])[0])
                     rows.append(row)
                     caches.append(cache.past_key_values)
+                    store.put(row.ids, alias(cache.past_key_values))
                 stacked, pads = decode_together(
                     self.model,
                     rows,
@@ -280,6 +286,7 @@ class TransformersPolicy:
         answers = []
         for index, row in enumerate(rows):
             read = row.ids + row.generated[:-1]
+            store.discard(row.ids)
             store.put(read, row_cache(stacked, index, pads[index], len(read)))
             answers.append(self._answer(torch.tensor(row.generated), len(row.ids)))
         return answers

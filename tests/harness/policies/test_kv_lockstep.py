@@ -15,6 +15,7 @@ from harness_r1.harness.policies.base import SamplingConfig  # noqa: E402
 from harness_r1.harness.policies.gqa_attention import gqa_decode_attention  # noqa: E402
 from harness_r1.harness.policies.kv_lockstep import (  # noqa: E402
     RowState,
+    alias,
     left_pad_stack,
     next_tokens,
     row_cache,
@@ -61,6 +62,17 @@ def test_caches_are_left_padded_to_the_longest_and_cut_back_out_exactly() -> Non
     back = row_cache(stacked, 0, 3, 1)
     back.layers[0].keys += 1
     assert torch.all(stacked.layers[0].keys[0, :, 3:] == 1.0)
+
+
+def test_an_alias_shares_tensors_and_neither_side_changes_the_other() -> None:
+    cache = _cache(4)
+    twin = alias(cache)
+    assert twin is not cache and twin.layers[0] is not cache.layers[0]
+    assert twin.layers[0].keys.data_ptr() == cache.layers[0].keys.data_ptr()
+    twin.crop(-2)  # the store crops a continuation that re-reads its last token
+    twin.update(torch.ones(1, 3, 3, 4), torch.ones(1, 3, 3, 4), 0)
+    assert twin.layers[0].get_seq_length() == 5
+    assert cache.get_seq_length() == 4 and torch.all(cache.layers[0].keys == 1.0)
 
 
 def test_greedy_takes_the_argmax_and_sampling_follows_each_rows_own_generator() -> None:

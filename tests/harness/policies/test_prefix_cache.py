@@ -143,3 +143,14 @@ def test_models_with_special_caches_are_refused_up_front() -> None:
     ):
         with pytest.raises(ValueError, match="full-attention dynamic caches only"):
             check_prefix_cache_support(refused)
+
+
+def test_discard_drops_exactly_one_entry_and_its_tokens() -> None:
+    store = _store()
+    store.put([1, 2, 3], [1, 2, 3])
+    store.put([1, 2, 3, 4, 5], [1, 2, 3, 4, 5])
+    store.discard([1, 2, 3])
+    store.discard([9, 9])  # absent: nothing happens
+    assert len(store) == 1 and store.tokens == 5
+    hit = store.take([1, 2, 3, 4, 5, 6])
+    assert hit is not None and hit.length == 5
