@@ -66,10 +66,14 @@ def decisions_per_s(
     )
     runtime = HarnessRuntime(suite, policy, root, config)
     specs = [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+    target_before = policy.generate_seconds
     with timed() as seconds:
         trajectories = runtime.run(specs)
     runtime.close()
-    return sum(t.outcome.steps for t in trajectories) / seconds[0]
+    decisions = sum(t.outcome.steps for t in trajectories)
+    target_s = policy.generate_seconds - target_before
+    print(f"{env}: {decisions} decisions in {seconds[0]:.1f} s, {target_s:.1f} s in the target")
+    return decisions / seconds[0]
 
 
 def bandwidth_gb_s(rounds: int = 3) -> float:

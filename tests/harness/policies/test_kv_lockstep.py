@@ -12,7 +12,7 @@ from transformers import DynamicCache  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 
 from harness_r1.harness.policies.base import SamplingConfig  # noqa: E402
-from harness_r1.harness.policies.gqa_attention import gqa_decode_attention  # noqa: E402
+from harness_r1.harness.policies.gqa_attention import grouped_query_attention  # noqa: E402
 from harness_r1.harness.policies.kv_lockstep import (  # noqa: E402
     RowState,
     alias,
@@ -102,7 +102,7 @@ class _Layer:
     training = False
 
 
-def test_grouped_decode_attention_equals_sdpa_with_a_padding_mask() -> None:
+def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
     torch.manual_seed(0)
     batch, kv_heads, groups, length, dim = 2, 3, 3, 7, 8
     query = torch.randn(batch, kv_heads * groups, 1, dim)
@@ -110,17 +110,25 @@ def test_grouped_decode_attention_equals_sdpa_with_a_padding_mask() -> None:
     value = torch.randn(batch, kv_heads, length, dim)
     mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
     mask[0, :, :, :3] = False  # row 0 is left-padded by three
-    ours, _ = gqa_decode_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
+    ours, _ = grouped_query_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
     theirs, _ = sdpa_attention_forward(_Layer(), query, key, value, mask, scaling=dim**-0.5)
     assert ours.shape == theirs.shape == (batch, 1, kv_heads * groups, dim)
     assert torch.allclose(ours, theirs, atol=1e-6)
     # the padding really is masked: changing a padded key changes nothing
     key[0, :, :3] += 10
-    again, _ = gqa_decode_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
+    again, _ = grouped_query_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
     assert torch.allclose(again, ours, atol=1e-6)
-    # prefill (several query tokens) is left to transformers' own function
+    # several new tokens onto a cached prefix (a prompt read from the prefix cache): each
+    # position sees the cache and the new tokens up to itself
     several = torch.randn(batch, kv_heads * groups, 4, dim)
-    mask4 = torch.ones(batch, 1, 4, length, dtype=torch.bool)
-    ours4, _ = gqa_decode_attention(_Layer(), several, key, value, mask4, scaling=0.3)
+    causal = torch.ones(4, length, dtype=torch.bool).tril(diagonal=length - 4)
+    mask4 = causal.expand(batch, 1, 4, length).clone()
+    mask4[0, :, :, :3] = False
+    ours4, _ = grouped_query_attention(_Layer(), several, key, value, mask4, scaling=0.3)
     theirs4, _ = sdpa_attention_forward(_Layer(), several, key, value, mask4, scaling=0.3)
-    assert torch.equal(ours4, theirs4)
+    assert ours4.shape == (batch, 4, kv_heads * groups, dim)
+    assert torch.allclose(ours4, theirs4, atol=1e-6)
+    # without a mask transformers' own function runs (sdpa's grouped-query path)
+    plain, _ = grouped_query_attention(_Layer(), several, key[:, :, :4], value[:, :, :4], None)
+    stock, _ = sdpa_attention_forward(_Layer(), several, key[:, :, :4], value[:, :, :4], None)
+    assert torch.equal(plain, stock)
