@@ -11,9 +11,8 @@ import typer
 from rich.console import Console
 
 from harness_r1.cli.group import command_group
-from harness_r1.cli.options import HistoryTurns, PrefixCache, target_spec
+from harness_r1.cli.options import TARGET_PREFIX_CACHE, HistoryTurns, PrefixCache, target_spec
 from harness_r1.cli.settings import cli_settings
-from harness_r1.harness.policies.factory import PolicySpec
 
 console = Console(stderr=True)
 
@@ -39,7 +38,7 @@ def engineer_evaluate(
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here (share across versions).")
     ] = None,
-    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
+    prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     threads: Annotated[int | None, typer.Option(help="Engineer torch threads.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the JSON report.")] = None,
 ) -> None:

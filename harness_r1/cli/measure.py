@@ -10,6 +10,9 @@ import typer
 from rich.console import Console
 
 from harness_r1.cli.options import (
+    TARGET_BATCHED_DECODE,
+    TARGET_DTYPE,
+    TARGET_PREFIX_CACHE,
     Alpha,
     BatchedDecode,
     HistoryTurns,
@@ -22,7 +25,6 @@ from harness_r1.cli.options import (
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
-from harness_r1.harness.policies.factory import PolicySpec
 
 console = Console(stderr=True)
 
@@ -41,9 +43,9 @@ def eval_command(
     lockstep: Annotated[int, typer.Option(help="Episodes run in lockstep (batched).")] = 8,
     max_new_tokens: TargetTokens = None,
     history_turns: HistoryTurns = None,
-    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
-    batched_decode: BatchedDecode = PolicySpec.batched_decode,
-    dtype: TargetDtype = PolicySpec.dtype,
+    prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
+    batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
+    dtype: TargetDtype = TARGET_DTYPE,
 ) -> None:
     """Run the frozen target on real tasks under the base harness and report success rates.
 
@@ -91,9 +93,9 @@ def canary_command(
         bool, typer.Option(help="Also re-run the batch unpatched: measures pairing noise.")
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
-    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
-    batched_decode: BatchedDecode = PolicySpec.batched_decode,
-    dtype: TargetDtype = PolicySpec.dtype,
+    prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
+    batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
+    dtype: TargetDtype = TARGET_DTYPE,
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
 

@@ -31,6 +31,13 @@ MinGuard = Annotated[
     int | None,
     typer.Option(help="Minimum guard tasks to promote (default: settings loop.gate_min_guard)."),
 ]
+# The embedded target's engine defaults as the commands show them: PolicySpec's
+# (tests/cli/test_commands.py checks they agree; importing PolicySpec here would import the
+# envs on every `--help`).
+TARGET_DTYPE = "auto"
+TARGET_PREFIX_CACHE = True
+TARGET_BATCHED_DECODE = True
+
 TargetDtype = Annotated[
     str,
     typer.Option(

@@ -9,6 +9,7 @@ import typer
 
 from harness_r1.cli.group import command_group
 from harness_r1.cli.options import (
+    TARGET_PREFIX_CACHE,
     HistoryTurns,
     PrefixCache,
     TargetTokens,
@@ -16,7 +17,6 @@ from harness_r1.cli.options import (
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
-from harness_r1.harness.policies.factory import PolicySpec
 
 train_app = command_group("Train the harness engineer (SFT, GRPO).")
 
@@ -39,7 +39,7 @@ def coldstart(
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here across runs.")
     ] = None,
-    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
+    prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     max_templates: Annotated[
         int, typer.Option(help="Templates per teacher patch (1-3; 1 = shortest completions).")
     ] = 3,
@@ -148,7 +148,7 @@ def grpo_online(
         float, typer.Option(max=0.0, help="Reward of a patch that does not parse or check.")
     ] = 0.0,
     micro_batch: MicroBatch = None,
-    prefix_cache: PrefixCache = PolicySpec.prefix_cache,
+    prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     temperature: Annotated[float, typer.Option(help="The engineer's sampling temperature.")] = 1.0,
     graded_invalid: Annotated[
         bool,

@@ -272,5 +272,20 @@ def test_canary_options_default_to_the_settings(
     assert defaulted.gate.min_guard_tasks == 20  # not set anywhere: the GateConfig default
     assert (explicit.target.history_turns, explicit.gate.min_batch_tasks) == (5, 9)
     assert explicit.target.max_new_tokens == 40
-    assert (defaulted.target.dtype, explicit.target.dtype) == ("float32", "bfloat16")
+    assert (defaulted.target.dtype, explicit.target.dtype) == ("auto", "bfloat16")
     assert explicit.target.policy_spec().dtype == "bfloat16"
+
+
+def test_the_target_engine_defaults_the_commands_show_are_the_policy_specs() -> None:
+    from harness_r1.cli import options
+    from harness_r1.cli.jobs.target import TargetSpec
+    from harness_r1.harness.policies.factory import PolicySpec
+
+    spec = PolicySpec()
+    assert (
+        spec.dtype,
+        spec.prefix_cache,
+        spec.batched_decode,
+    ) == (options.TARGET_DTYPE, options.TARGET_PREFIX_CACHE, options.TARGET_BATCHED_DECODE)
+    target = TargetSpec().policy_spec()
+    assert (target.dtype, target.prefix_cache, target.batched_decode) == ("auto", True, True)
