@@ -26,7 +26,7 @@ from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.cpu import BF16_FLAGS, cpu_flags
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy, crop_kv_cache
+from harness_r1.harness.policies.transformers_backend import TransformersPolicy
 from harness_r1.harness.tasks import spread
 
 
@@ -117,10 +117,13 @@ def torch_dtype(name: str) -> Any:
 
 
 def raw_speeds(policy: TransformersPolicy, context: int, rounds: int) -> dict[str, float]:
-    """Prefill tokens/s over `context` tokens; decode steps/s at `context` cached tokens for
-    1 and 8 rows, in the model's own attention implementation."""
+    """Prefill tokens/s over `context` tokens; decode tokens/s at `context` cached tokens for
+    1 and 8 rows, with the configuration's attention and cache (the lockstep engine's
+    preallocated buffers, or a DynamicCache growing by concatenation)."""
     import torch
     from transformers import DynamicCache
+
+    from harness_r1.harness.policies.kv_lockstep import left_pad_stack, row_cache
 
     model = policy.model
     ids = torch.randint(100, 40_000, (8, context))
@@ -136,12 +139,16 @@ def raw_speeds(policy: TransformersPolicy, context: int, rounds: int) -> dict[st
             cache = DynamicCache()
             for start in range(0, context, 500):
                 model(input_ids=ids[:rows, start : start + 500], past_key_values=cache)
+            if policy.batched_decode and policy.prefix_cache is not None:
+                # the lockstep engine's cache: rows stacked into buffers written in place
+                singles = [row_cache(cache, r, 0, context) for r in range(rows)]
+                cache, _ = left_pad_stack(singles, room=rounds * 4 + 1)
             mask = torch.ones(rows, context + 1, dtype=torch.long)
             step = ids[:rows, -1:]
             model(input_ids=step, attention_mask=mask, past_key_values=cache)
             with timed() as decode:
-                for _ in range(rounds * 4):
-                    crop_kv_cache(cache, context)
+                for i in range(rounds * 4):
+                    mask = torch.ones(rows, context + 2 + i, dtype=torch.long)
                     model(input_ids=step, attention_mask=mask, past_key_values=cache)
             out[f"decode{rows}"] = rows * rounds * 4 / decode[0]
     return out
