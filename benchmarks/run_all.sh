@@ -8,6 +8,8 @@ mkdir -p runs
 bash benchmarks/vanilla.sh 2>&1 | tee runs/bench-vanilla.log
 $PY benchmarks/policy_batching.py --env dbbench --split dev --episodes 8 --max-steps 5 2>&1 | tee runs/bench-batching.log
 $PY benchmarks/policy_batching.py --env alfworld --split valid_seen --episodes 4 --max-steps 4 --history-turns 3 --max-new-tokens 64 --prefix-cache 2>&1 | tee runs/bench-prefix-cache.log
+$PY benchmarks/target_speed.py 2>&1 | tee runs/bench-target-speed.log
+bash benchmarks/target_equivalence.sh 2>&1 | tee runs/bench-target-equivalence.log
 $PY benchmarks/sandbox_costs.py --calls 2000 --env dbbench --split dev --tasks 8 --max-steps 4 --k 4 2>&1 | tee runs/bench-sandbox.log
 bash benchmarks/reference_deltas.sh 2>&1 | tee runs/bench-reference.log
 $PY benchmarks/reference_rows.py runs/ref-alfworld.json runs/ref-dbbench.json runs/ref-webshop.json | tee runs/bench-reference-rows.md
