@@ -42,15 +42,10 @@ def crop_kv_cache(cache: Any, length: int) -> None:
 
 def copy_kv_prefix(cache: Any, length: int) -> Any:
     """A new DynamicCache holding copies of the first `length` positions of `cache` (only
-    those are copied, not the whole cache)."""
-    from transformers import DynamicCache
+    those are copied, not the whole cache): the single-row case of kv_lockstep.row_cache."""
+    from harness_r1.harness.policies.kv_lockstep import row_cache
 
-    copied = DynamicCache()
-    for index, layer in enumerate(cache.layers):
-        keys = layer.keys[..., :length, :].clone()
-        values = layer.values[..., :length, :].clone()
-        copied.update(keys, values, index)
-    return copied
+    return row_cache(cache, 0, 0, length)
 
 
 def check_prefix_cache_support(model: Any) -> None:
