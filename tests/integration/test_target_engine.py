@@ -92,3 +92,46 @@ def test_seeded_sampling_repeats_under_lockstep_decode() -> None:
     policies = [TransformersPolicy.embedded(sampling=sampling, prefix_cache=True) for _ in "ab"]
     texts = [[g.text for g in p.generate(requests)] for p in policies]
     assert texts[0] == texts[1] and all(texts[0])
+
+
+def test_rows_that_stop_early_leave_the_other_rows_answers_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row that hits a stop token is skipped by the attention of later steps (active_rows);
+    the rows still decoding get exactly the tokens they get when nothing stops early."""
+    from harness_r1.harness.policies import kv_lockstep
+
+    seen: list[list[list[int]]] = []
+    skipped: list[dict[str, object]] = []
+    decode, skip = kv_lockstep.decode_together, kv_lockstep.skip_finished
+
+    def recording_decode(*args: object, **kwargs: object) -> object:
+        out = decode(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append([list(row.generated) for row in args[1]])  # type: ignore[attr-defined]
+        return out
+
+    def recording_skip(rows: object) -> dict[str, object]:
+        kwargs = skip(rows)  # type: ignore[arg-type]
+        skipped.append(kwargs)
+        return kwargs
+
+    monkeypatch.setattr(kv_lockstep, "decode_together", recording_decode)
+    monkeypatch.setattr(kv_lockstep, "skip_finished", recording_skip)
+    sampling = SamplingConfig(max_new_tokens=12)
+    requests = [
+        GenerationRequest(
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": o}]
+        )
+        for o in OBSERVATIONS
+    ]
+    TransformersPolicy.embedded(sampling=sampling, prefix_cache=True).generate(requests)
+    first, second = seen[-1]
+    stop = next(t for t in first[2:8] if t not in second)  # a token only row 0 produces
+    early = TransformersPolicy.embedded(sampling=sampling, prefix_cache=True)
+    early._stop_set = early._stop_set | {stop}
+    skipped.clear()
+    early.generate(requests)
+    stopped, rest = seen[-1]
+    assert stopped == first[: first.index(stop) + 1]
+    assert rest == second
+    assert any(kwargs.get("active_rows") == ((1, 2),) for kwargs in skipped)

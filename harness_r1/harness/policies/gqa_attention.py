@@ -9,9 +9,21 @@ the query heads of one group can be stacked along the query-length axis (each wi
 rows of its positions) and attend to their shared key/value head directly. The result is the
 same arithmetic on the same numbers, regrouped.
 
-Registered with transformers' AttentionInterface under NAME (mask construction as "sdpa");
-calls without a mask (sdpa then uses its own grouped-query path) or without grouped heads go to
-the stock sdpa function.
+The same folding pays for one-token steps without a mask (transformers drops an all-ones
+mask: one row, or rows of equal length): torch's own grouped-query path (`enable_gqa`) is ~5x
+slower there on CPU in bf16 (measured at 2,300 cached tokens: 1.6 against 0.3 ms a layer for
+one row, 12.6 against 2.6 for eight). Prompt reads without a mask (a first read, causal) keep
+the stock sdpa function, as do models without grouped heads.
+
+Rows that have finished decoding still ride along in a lockstep batch (their tokens are
+thrown away). A caller may pass `active_rows`, the runs `(start, stop)` of rows still decoding,
+through the model's keyword arguments (transformers hands them to the attention function):
+one-token steps then attend only for those rows, each run a view of the cache (nothing copied),
+and the finished rows' outputs are zeros. Each row's attention reads only its own cache, so
+the active rows get the same arithmetic as without skipping (to rounding: sdpa's kernel blocks
+its work by batch size, as any change of batch does).
+
+Registered with transformers' AttentionInterface under NAME (mask construction as "sdpa").
 """
 
 from __future__ import annotations
@@ -34,26 +46,49 @@ def grouped_query_attention(
     """query [batch, heads, length, dim], key/value [batch, kv_heads, keys, dim], mask
     [batch, 1, length, keys]; returns the attention output as [batch, length, heads, dim], as
     transformers' attention functions do."""
-    import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = getattr(module, "num_key_value_groups", 1)
-    if groups == 1 or attention_mask is None:
-        # no mask: transformers passes `enable_gqa` to sdpa itself, without copying
+    length = query.shape[2]
+    if groups == 1 or (attention_mask is None and length > 1):
+        kwargs.pop("active_rows", None)
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+    mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[2]]
+    runs = kwargs.get("active_rows") if length == 1 else None
+    if runs is None:
+        runs = ((0, query.shape[0]),)
+    out = query.new_zeros(query.shape)
+    for start, stop in runs:
+        out[start:stop] = _folded(
+            query[start:stop],
+            key[start:stop],
+            value[start:stop],
+            None if mask is None else mask[start:stop],
+            groups,
+            dropout,
+            scaling,
+        )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _folded(
+    query: Any, key: Any, value: Any, mask: Any, groups: int, dropout: float, scaling: Any
+) -> Any:
+    """sdpa with a group's query heads stacked along the query axis (see the module
+    docstring); returns [batch, heads, length, dim]."""
+    import torch
+
     batch, heads, length, dim = query.shape
-    kv_heads = heads // groups
     # [batch, kv_heads, groups * length, dim]: a group's query heads one after the other
-    grouped = query.reshape(batch, kv_heads, groups * length, dim)
-    mask = attention_mask[:, :, :, : key.shape[2]]  # [batch, 1, length, keys]
-    if length > 1:  # each query head of a group needs the mask rows of its positions
+    grouped = query.reshape(batch, heads // groups, groups * length, dim)
+    if mask is not None and length > 1:  # each head of a group needs its positions' mask rows
         mask = mask.repeat(1, 1, groups, 1)
     out = torch.nn.functional.scaled_dot_product_attention(
         grouped, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
     )
-    return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous(), None
+    return out.reshape(batch, heads, length, dim)
 
 
 def register() -> str:

@@ -136,6 +136,27 @@ def next_tokens(logits: Any, sampling: SamplingConfig, rows: Sequence[RowState])
     ]
 
 
+def active_runs(rows: Sequence[RowState]) -> tuple[tuple[int, int], ...]:
+    """The runs `(start, stop)` of consecutive rows that are still decoding."""
+    runs: list[tuple[int, int]] = []
+    for index, row in enumerate(rows):
+        if row.done:
+            continue
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            runs.append((index, index + 1))
+    return tuple(runs)
+
+
+def skip_finished(rows: Sequence[RowState]) -> dict[str, Any]:
+    """Keyword arguments for the model that let the grouped-query attention (gqa_attention)
+    skip the rows that have finished (none while every row still decodes)."""
+    if not any(row.done for row in rows):
+        return {}
+    return {"active_rows": active_runs(rows)}
+
+
 def decode_together(
     model: Any,
     rows: Sequence[RowState],
@@ -167,6 +188,7 @@ def decode_together(
             position_ids=positions,
             past_key_values=stacked,
             use_cache=True,
+            **skip_finished(rows),
         )
         stacked = output.past_key_values
         positions = positions + 1

@@ -132,3 +132,30 @@ def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
     plain, _ = grouped_query_attention(_Layer(), several, key[:, :, :4], value[:, :, :4], None)
     stock, _ = sdpa_attention_forward(_Layer(), several, key[:, :, :4], value[:, :, :4], None)
     assert torch.equal(plain, stock)
+
+
+def test_one_token_steps_fold_without_a_mask_and_skip_finished_rows() -> None:
+    torch.manual_seed(1)
+    batch, kv_heads, groups, length, dim = 4, 3, 3, 9, 8
+    query = torch.randn(batch, kv_heads * groups, 1, dim)
+    key = torch.randn(batch, kv_heads, length, dim)
+    value = torch.randn(batch, kv_heads, length, dim)
+    # no mask (transformers drops an all-ones one): folded, same numbers as sdpa's own path
+    ours, _ = grouped_query_attention(_Layer(), query, key, value, None, scaling=0.2)
+    theirs, _ = sdpa_attention_forward(_Layer(), query, key, value, None, scaling=0.2)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    # rows 1 and 2 finished: rows 0 and 3 as before, the finished rows' outputs are zeros
+    skipping, _ = grouped_query_attention(
+        _Layer(), query, key, value, None, scaling=0.2, active_rows=((0, 1), (3, 4))
+    )
+    assert torch.allclose(skipping[[0, 3]], ours[[0, 3]], atol=1e-6)  # rounding: batch size
+    assert not skipping[1:3].any()
+
+
+def test_active_runs_group_consecutive_rows_still_decoding() -> None:
+    from harness_r1.harness.policies.kv_lockstep import RowState, active_runs, skip_finished
+
+    rows = [RowState([1], None, [], done=d) for d in (False, False, True, False, True, False)]
+    assert active_runs(rows) == ((0, 2), (3, 4), (5, 6))
+    assert skip_finished(rows) == {"active_rows": ((0, 2), (3, 4), (5, 6))}
+    assert skip_finished([RowState([1], None, [])]) == {}
