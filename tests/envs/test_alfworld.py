@@ -13,7 +13,13 @@ import pytest
 
 from harness_r1.contracts import TaskSpec
 from harness_r1.envs import Env, get_suite
-from harness_r1.envs.alfworld import SUITE, AlfWorldEnv, AlfWorldPrompter, GameFileError
+from harness_r1.envs.alfworld import (
+    SUITE,
+    AlfWorldEnv,
+    AlfWorldPrompter,
+    GameFileError,
+    translation_cache,
+)
 from harness_r1.envs.alfworld.env import NOTHING_HAPPENS, initial_observation
 from harness_r1.envs.alfworld.examples import EXAMPLES
 from harness_r1.envs.alfworld.prompter import AVAILABLE_ACTIONS_LABEL, extract_action
@@ -227,6 +233,24 @@ def test_invalid_actions_and_same_game_reset(env: AlfWorldEnv, valid_seen: list[
     observation2, info2 = env.reset(task, seed=7)
     assert (observation2, info2) == (observation, info)
     assert env._gym is engine  # the same engine, no new registration
+
+
+@needs_data
+@pytest.mark.integration
+def test_a_game_is_translated_once_and_replays_from_the_memo(
+    env: AlfWorldEnv, valid_seen: list[TaskSpec]
+) -> None:
+    """Resets after the first translate nothing (translation_cache.py) and the memoised game
+    plays as the first one did: same opening, same admissible commands, its walkthrough wins."""
+    task = _first_of_type(valid_seen, "pick_cool_then_place_in_recep")
+    first = env.reset(task)
+    env.step(task.payload["walkthrough"][0])
+    hits, misses = translation_cache.translations()
+    assert env.reset(task) == first
+    assert translation_cache.translations() == (hits + 2, misses)  # plain and re-planning SAS
+    for action in task.payload["walkthrough"]:
+        result = env.step(action)
+    assert result.info["success"] and result.terminated
 
 
 @needs_data

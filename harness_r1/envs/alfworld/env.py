@@ -16,7 +16,9 @@ Cost model (measured here on valid_seen games, 2 shared CPU cores, medians):
 - A step is ~0.04 s (at most ~0.1 s). With `expert_plan=True` TextWorld also re-plans with
   fast-downward after every reset and step: resets ~0.7 / ~1.6 s, steps up to ~1 s.
 So one instance should be kept per worker and reused across tasks: each new instance maps
-another private copy of the library, which is never unloaded.
+another private copy of the library, which is never unloaded. (Those figures predate the
+translation memo, translation_cache.py: TextWorld translates a game's PDDL to SAS on every load
+and reset, and now translates each game once per process.)
 
 Why one registration per instance: the `AlfredDemangler` *instance* handed to `register_games`
 is shared by every env made from that registration (TextWorld's `Wrapper.__call__` returns
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_r1.contracts import TaskSpec
+from harness_r1.envs.alfworld import translation_cache
 from harness_r1.envs.alfworld.tasks import ENV_NAME, game_path, read_game
 from harness_r1.envs.base import (
     INFO_ADMISSIBLE,
@@ -109,6 +112,8 @@ class AlfWorldEnv:
         import textworld
         import textworld.gym
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+        translation_cache.install()
 
         request = textworld.EnvInfos(
             won=True,
