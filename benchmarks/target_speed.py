@@ -35,6 +35,7 @@ class Config:
     name: str
     dtype: str
     batched_decode: bool
+    draft_tokens: int = 0
 
 
 CONFIGS = (
@@ -43,7 +44,9 @@ CONFIGS = (
     Config("lever: int8 alone (not equivalent)", "int8", False),
     Config("lever: lockstep decode alone (fp32)", "float32", True),
     Config("int8 + lockstep decode", "int8", True),
-    Config("new default here: bf16 + lockstep decode", "bfloat16", True),
+    Config("bf16 + lockstep decode", "bfloat16", True),
+    Config("lever: fp32 + lockstep + prompt-lookup drafts (4)", "float32", True, 4),
+    Config("new default here: bf16 + lockstep + prompt-lookup drafts (4)", "bfloat16", True, 4),
 )
 
 
@@ -175,6 +178,7 @@ def main() -> None:
             dtype=config.dtype,
             prefix_cache=True,
             batched_decode=config.batched_decode,
+            draft_tokens=config.draft_tokens,
             max_batch=args.episodes,
         )
         alf = decisions_per_s(policy, "alfworld", "valid_seen", args)

@@ -11,10 +11,12 @@ from rich.console import Console
 
 from harness_r1.cli.options import (
     TARGET_BATCHED_DECODE,
+    TARGET_DRAFT_TOKENS,
     TARGET_DTYPE,
     TARGET_PREFIX_CACHE,
     Alpha,
     BatchedDecode,
+    DraftTokens,
     HistoryTurns,
     MinBatch,
     MinGuard,
@@ -45,6 +47,7 @@ def eval_command(
     history_turns: HistoryTurns = None,
     prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
+    draft_tokens: DraftTokens = TARGET_DRAFT_TOKENS,
     dtype: TargetDtype = TARGET_DTYPE,
 ) -> None:
     """Run the frozen target on real tasks under the base harness and report success rates.
@@ -65,6 +68,7 @@ def eval_command(
         lockstep=lockstep,
         prefix_cache=prefix_cache,
         batched_decode=batched_decode,
+        draft_tokens=draft_tokens,
         dtype=dtype,
     )
     request = EvalRequest(env=env, split=split, limit=limit, seed=seed, out=out, target=target)
@@ -95,6 +99,7 @@ def canary_command(
     out: Annotated[Path | None, typer.Option(help="Write the full JSON report.")] = None,
     prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
+    draft_tokens: DraftTokens = TARGET_DRAFT_TOKENS,
     dtype: TargetDtype = TARGET_DTYPE,
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
@@ -114,6 +119,7 @@ def canary_command(
         lockstep=lockstep,
         prefix_cache=prefix_cache,
         batched_decode=batched_decode,
+        draft_tokens=draft_tokens,
         dtype=dtype,
     )
     request = CanaryRequest(

@@ -37,6 +37,7 @@ MinGuard = Annotated[
 TARGET_DTYPE = "auto"
 TARGET_PREFIX_CACHE = True
 TARGET_BATCHED_DECODE = True
+TARGET_DRAFT_TOKENS = 4
 
 TargetDtype = Annotated[
     str,
@@ -58,6 +59,14 @@ BatchedDecode = Annotated[
         "--batched-decode/--serial-decode",
         help="With the prefix cache: decode a lockstep batch together, or one row at a time "
         "(the engine before issue 16).",
+    ),
+]
+DraftTokens = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Greedy lockstep decode: tokens guessed by prompt lookup and checked in the same "
+        "forward pass (same text, fewer passes); 0 = off.",
     ),
 ]
 Alpha = Annotated[

@@ -116,6 +116,7 @@ def generation_identity(policy: object) -> dict[str, Any]:
         "max_batch": getattr(policy, "max_batch", None),
         "prefix_cache": getattr(policy, "prefix_cache", None) is not None,
         "batched_decode": getattr(policy, "batched_decode", None),
+        "draft_tokens": getattr(policy, "draft_tokens", None),
         "dtype": getattr(policy, "dtype", None),
     }
 

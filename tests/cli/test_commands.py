@@ -286,6 +286,13 @@ def test_the_target_engine_defaults_the_commands_show_are_the_policy_specs() -> 
         spec.dtype,
         spec.prefix_cache,
         spec.batched_decode,
-    ) == (options.TARGET_DTYPE, options.TARGET_PREFIX_CACHE, options.TARGET_BATCHED_DECODE)
+        spec.draft_tokens,
+    ) == (
+        options.TARGET_DTYPE,
+        options.TARGET_PREFIX_CACHE,
+        options.TARGET_BATCHED_DECODE,
+        options.TARGET_DRAFT_TOKENS,
+    )
     target = TargetSpec().policy_spec()
     assert (target.dtype, target.prefix_cache, target.batched_decode) == ("auto", True, True)
+    assert target.draft_tokens == 4

@@ -57,6 +57,31 @@ def test_lockstep_answers_equal_one_row_at_a_time_answers() -> None:
     assert stats.lookups == 4 and stats.hits == 3 and stats.reuse_ratio > 0.5
 
 
+def test_drafted_tokens_give_the_greedy_text_in_fewer_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prompt-lookup drafts checked by the model keep the greedy answers (and the caches cut
+    back into the store: the second turns reuse them) while taking fewer forward passes."""
+    from harness_r1.harness.policies import kv_lockstep
+
+    steps: list[int] = []
+    proposals = kv_lockstep._proposals
+
+    def counting(*args: object, **kwargs: object) -> object:
+        steps.append(1)
+        return proposals(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kv_lockstep, "_proposals", counting)
+    sampling = SamplingConfig(max_new_tokens=24)
+    plain = TransformersPolicy.embedded(sampling=sampling, prefix_cache=True)
+    expected = _turns(plain)
+    plain_steps, steps[:] = len(steps), []
+    drafting = TransformersPolicy.embedded(sampling=sampling, prefix_cache=True, draft_tokens=6)
+    assert _turns(drafting) == expected
+    assert len(steps) < plain_steps
+    assert drafting.prefix_cache is not None and drafting.prefix_cache.stats.hits == 3
+
+
 def _episodes(policy: object) -> list[Trajectory]:
     root = Settings().data_root()
     suite = get_suite("dbbench")

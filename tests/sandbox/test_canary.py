@@ -697,17 +697,19 @@ class LocalModel:
     max_batch: int = 8
     prefix_cache: object | None = None
     batched_decode: bool | None = None
+    draft_tokens: int | None = None
     dtype: str | None = None
 
 
 def test_generation_identity_reads_every_setting_that_changes_what_the_target_writes() -> None:
-    local = LocalModel(prefix_cache=object(), batched_decode=True, dtype="bfloat16")
+    local = LocalModel(prefix_cache=object(), batched_decode=True, draft_tokens=4, dtype="bfloat16")
     assert generation_identity(local) == {
         "sampling": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64},
         "max_prompt_tokens": 3072,
         "max_batch": 8,
         "prefix_cache": True,
         "batched_decode": True,
+        "draft_tokens": 4,
         "dtype": "bfloat16",
     }
     assert generation_identity(ScriptedPolicy(["x"], max_batch=4)) == {
@@ -716,6 +718,7 @@ def test_generation_identity_reads_every_setting_that_changes_what_the_target_wr
         "max_batch": 4,
         "prefix_cache": False,
         "batched_decode": None,
+        "draft_tokens": None,
         "dtype": None,
     }
     # a backend without a setting reads as None (prefix reuse: off), never as an error
@@ -725,6 +728,7 @@ def test_generation_identity_reads_every_setting_that_changes_what_the_target_wr
         "max_batch": None,
         "prefix_cache": False,
         "batched_decode": None,
+        "draft_tokens": None,
         "dtype": None,
     }
 
@@ -740,6 +744,7 @@ def test_generation_identity_reads_every_setting_that_changes_what_the_target_wr
     # the engine and the number format are part of how the target generates (issue 16)
     assert key(LocalModel(batched_decode=False)) != key(LocalModel(batched_decode=True))
     assert key(LocalModel(dtype="bfloat16")) != key(LocalModel(dtype="float32"))
+    assert key(LocalModel(draft_tokens=4)) != key(LocalModel(draft_tokens=0))
 
 
 def test_pairing_of_outcomes_of_another_length_is_refused() -> None:

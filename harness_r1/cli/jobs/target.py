@@ -29,6 +29,7 @@ class TargetSpec:
     cache_dir: Path | None = None
     prefix_cache: bool = PolicySpec.prefix_cache
     batched_decode: bool = PolicySpec.batched_decode
+    draft_tokens: int = PolicySpec.draft_tokens
     dtype: str = PolicySpec.dtype
 
     def policy_spec(self) -> PolicySpec:
@@ -43,6 +44,7 @@ class TargetSpec:
             cache_dir=self.cache_dir,
             prefix_cache=self.prefix_cache,
             batched_decode=self.batched_decode,
+            draft_tokens=self.draft_tokens,
             dtype=self.dtype,
         )
 

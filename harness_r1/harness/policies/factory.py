@@ -26,6 +26,9 @@ class PolicySpec:
     # transformers with the prefix cache: decode the requests of a call together (kv_lockstep.py)
     # rather than one at a time (the engine before issue 16)
     batched_decode: bool = True
+    # transformers with lockstep decode and greedy sampling: tokens guessed by prompt lookup
+    # and checked in the same forward pass (kv_lockstep.PromptLookup); 0 turns it off
+    draft_tokens: int = 4
     # transformers only: auto (bf16 where the CPU computes it natively, else fp32), float32,
     # bfloat16, int8 (harness_r1/harness/policies/cpu.py)
     dtype: str = "auto"
@@ -58,6 +61,7 @@ def build_policy(spec: PolicySpec) -> Policy:
             max_batch=spec.max_batch,
             prefix_cache=spec.prefix_cache,
             batched_decode=spec.batched_decode,
+            draft_tokens=spec.draft_tokens,
             dtype=spec.dtype,
         )
     return TransformersPolicy(
@@ -67,5 +71,6 @@ def build_policy(spec: PolicySpec) -> Policy:
         max_batch=spec.max_batch,
         prefix_cache=spec.prefix_cache,
         batched_decode=spec.batched_decode,
+        draft_tokens=spec.draft_tokens,
         dtype=spec.dtype,
     )

@@ -18,7 +18,7 @@ the stock sdpa function, as do models without grouped heads.
 Rows that have finished decoding still ride along in a lockstep batch (their tokens are
 thrown away). A caller may pass `active_rows`, the runs `(start, stop)` of rows still decoding,
 through the model's keyword arguments (transformers hands them to the attention function):
-one-token steps then attend only for those rows, each run a view of the cache (nothing copied),
+steps then attend only for those rows, each run a view of the cache (nothing copied),
 and the finished rows' outputs are zeros. Each row's attention reads only its own cache, so
 the active rows get the same arithmetic as without skipping (to rounding: sdpa's kernel blocks
 its work by batch size, as any change of batch does).
@@ -56,7 +56,7 @@ def grouped_query_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[2]]
-    runs = kwargs.get("active_rows") if length == 1 else None
+    runs = kwargs.get("active_rows")
     if runs is None:
         runs = ((0, query.shape[0]),)
     out = query.new_zeros(query.shape)

@@ -104,7 +104,10 @@ class TransformersPolicy:
     together, one forward pass per token for all of them (kv_lockstep.py, with the decode
     attention of gqa_attention.py); with `batched_decode=False` they are answered one at a time
     by `generate` (the engine before issue 16, kept selectable). Sampling is then seeded per
-    request from its own seed. Reading a prefix from the cache rather than in one pass, and
+    request from its own seed. Greedy lockstep decode also checks up to `draft_tokens` tokens
+    guessed by prompt lookup in each forward pass and keeps those the model agrees with
+    (kv_lockstep.PromptLookup; 0 turns it off): the same greedy text in fewer passes.
+    Reading a prefix from the cache rather than in one pass, and
     decoding next to other rows (padding), change the floating-point numerics slightly, and
     whether a request hits depends on what ran before it, so (as with batching) greedy text can
     rarely differ between runs of different composition. BENCHMARKS.md measures both.
@@ -126,6 +129,7 @@ class TransformersPolicy:
         prefix_cache_entries: int | None = None,
         dtype: str = "float32",
         batched_decode: bool = True,
+        draft_tokens: int = 4,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -140,6 +144,7 @@ class TransformersPolicy:
             reason=choice.reason,
             prefix_cache=prefix_cache,
             decode="lockstep" if prefix_cache and batched_decode else "generate",
+            draft_tokens=draft_tokens if prefix_cache and batched_decode else 0,
         )
         self.model_id = model_id
         # another number format is another frozen target: its own version, so trajectories,
@@ -155,6 +160,7 @@ class TransformersPolicy:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model: Any = load_model(AutoModelForCausalLM, checkpoint, choice.dtype)
         self.batched_decode = batched_decode
+        self.draft_tokens = draft_tokens
         if prefix_cache and batched_decode:
             from harness_r1.harness.policies import gqa_attention
 
@@ -248,7 +254,7 @@ class TransformersPolicy:
             alias,
             decode_together,
             next_tokens,
-            row_cache,
+            row_cache_at,
         )
 
         torch = self._torch
@@ -265,7 +271,7 @@ class TransformersPolicy:
                     rows.append(row)
                     caches.append(cache.past_key_values)
                     store.put(row.ids, alias(cache.past_key_values))
-                stacked, pads = decode_together(
+                stacked, columns = decode_together(
                     self.model,
                     rows,
                     caches,
@@ -273,6 +279,7 @@ class TransformersPolicy:
                     sampling=self.sampling,
                     stop_ids=self._stop_set,
                     pad_id=self.tokenizer.pad_token_id,
+                    draft_tokens=self.draft_tokens,
                 )
         except (RuntimeError, ValueError) as err:  # pragma: no cover - resource failures
             store.clear()
@@ -282,7 +289,7 @@ class TransformersPolicy:
         for index, row in enumerate(rows):
             read = row.ids + row.generated[:-1]
             store.discard(row.ids)
-            store.put(read, row_cache(stacked, index, pads[index], len(read)))
+            store.put(read, row_cache_at(stacked, index, columns[index]))
             answers.append(self._answer(torch.tensor(row.generated), len(row.ids)))
         return answers
 

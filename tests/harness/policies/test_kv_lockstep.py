@@ -159,3 +159,18 @@ def test_active_runs_group_consecutive_rows_still_decoding() -> None:
     assert active_runs(rows) == ((0, 2), (3, 4), (5, 6))
     assert skip_finished(rows) == {"active_rows": ((0, 2), (3, 4), (5, 6))}
     assert skip_finished([RowState([1], None, [])]) == {}
+
+
+def test_prompt_lookup_drafts_what_followed_the_latest_occurrence_of_the_tail() -> None:
+    from harness_r1.harness.policies.kv_lockstep import PromptLookup
+
+    lookup = PromptLookup([5, 6, 7, 8, 9, 1, 6, 7, 4, 2])
+    assert lookup.propose(3) == []  # the tail (4, 2) / (7, 4, 2) never occurred before
+    lookup.extend([5, 6, 7])
+    # (5, 6, 7) occurred once, followed by 8 9 1; the 2-gram (6, 7) last by 4 2 5
+    assert lookup.propose(3) == [8, 9, 1]
+    assert lookup.propose(0) == []
+    lookup.extend([3])
+    assert lookup.propose(4) == []
+    lookup.extend([6, 7])  # (3, 6, 7) unseen: the latest (6, 7) was followed by 3
+    assert lookup.propose(2) == [3, 6]
