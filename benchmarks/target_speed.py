@@ -23,6 +23,7 @@ from typing import Any
 
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
+from harness_r1.envs.alfworld import translation_cache
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.policies.cpu import BF16_FLAGS, cpu_flags
@@ -63,6 +64,7 @@ def decisions_per_s(
 ) -> float:
     root = Settings().data_root()
     suite = get_suite(env)
+    translation_cache.clear()  # every configuration translates its ALFWorld games afresh
     tasks = spread(suite.load_tasks(root, split), args.episodes)
     config = RunConfig(
         max_steps=args.max_steps, lockstep=args.episodes, history_turns=args.history_turns

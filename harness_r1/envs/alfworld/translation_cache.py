@@ -14,7 +14,7 @@ types, objects and initial facts; textworld 1.6) and hands the SAS text to fast-
 library, which parses its own copy. The memo is bounded (`MAX_GAMES` games x two flags).
 
 `install()` replaces `fast_downward.pddl2sas` in this process (the name TextWorld calls) and is
-idempotent; `translations()` says how often the memo answered.
+idempotent; `translations()` says how often the memo answered, `clear()` empties it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,17 @@ def install() -> None:
 
     pddl2sas.memoised = True  # type: ignore[attr-defined]
     pddl2sas.cache_info = memoised.cache_info  # type: ignore[attr-defined]
+    pddl2sas.cache_clear = memoised.cache_clear  # type: ignore[attr-defined]
     fast_downward.pddl2sas = pddl2sas
+
+
+def clear() -> None:
+    """Forget every translation (benchmarks: each configuration starts cold)."""
+    import fast_downward
+
+    clear_memo = getattr(fast_downward.pddl2sas, "cache_clear", None)
+    if clear_memo is not None:
+        clear_memo()
 
 
 def translations() -> tuple[int, int]:
