@@ -289,6 +289,8 @@ class TransformersPolicy:
         for index, row in enumerate(rows):
             read = row.ids + row.generated[:-1]
             store.discard(row.ids)
+            if len(columns[index]) != len(read):  # pragma: no cover - a decode bug, not input
+                raise PolicyError(f"cache holds {len(columns[index])} tokens, read {len(read)}")
             store.put(read, row_cache_at(stacked, index, columns[index]))
             answers.append(self._answer(torch.tensor(row.generated), len(row.ids)))
         return answers
