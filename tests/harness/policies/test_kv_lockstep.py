@@ -102,12 +102,19 @@ class _Layer:
     training = False
 
 
-def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
-    torch.manual_seed(0)
-    batch, kv_heads, groups, length, dim = 2, 3, 3, 7, 8
+def _one_token_step(
+    seed: int, batch: int, length: int, kv_heads: int = 3, groups: int = 3, dim: int = 8
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random query (one token, kv_heads x groups heads) and a cache of `length` keys/values."""
+    torch.manual_seed(seed)
     query = torch.randn(batch, kv_heads * groups, 1, dim)
     key = torch.randn(batch, kv_heads, length, dim)
-    value = torch.randn(batch, kv_heads, length, dim)
+    return query, key, torch.randn(batch, kv_heads, length, dim)
+
+
+def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
+    batch, kv_heads, groups, length, dim = 2, 3, 3, 7, 8
+    query, key, value = _one_token_step(0, batch, length)
     mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
     mask[0, :, :, :3] = False  # row 0 is left-padded by three
     ours, _ = grouped_query_attention(_Layer(), query, key, value, mask, scaling=dim**-0.5)
@@ -135,11 +142,7 @@ def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
 
 
 def test_one_token_steps_fold_without_a_mask_and_skip_finished_rows() -> None:
-    torch.manual_seed(1)
-    batch, kv_heads, groups, length, dim = 4, 3, 3, 9, 8
-    query = torch.randn(batch, kv_heads * groups, 1, dim)
-    key = torch.randn(batch, kv_heads, length, dim)
-    value = torch.randn(batch, kv_heads, length, dim)
+    query, key, value = _one_token_step(1, batch=4, length=9)
     # no mask (transformers drops an all-ones one): folded, same numbers as sdpa's own path
     ours, _ = grouped_query_attention(_Layer(), query, key, value, None, scaling=0.2)
     theirs, _ = sdpa_attention_forward(_Layer(), query, key, value, None, scaling=0.2)
