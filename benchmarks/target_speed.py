@@ -146,7 +146,7 @@ def raw_speeds(policy: TransformersPolicy, context: int, rounds: int) -> dict[st
                 model(input_ids=ids[:rows, start : start + 500], past_key_values=cache)
             if policy.batched_decode and policy.prefix_cache is not None:
                 # the lockstep engine's cache: rows stacked into buffers written in place
-                singles = [row_cache(cache, r, 0, context) for r in range(rows)]
+                singles = [row_cache(cache, r, slice(0, context)) for r in range(rows)]
                 cache, _ = left_pad_stack(singles, room=rounds * 4 + 1)
             mask = torch.ones(rows, context + 1, dtype=torch.long)
             step = ids[:rows, -1:]

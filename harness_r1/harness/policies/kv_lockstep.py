@@ -116,23 +116,15 @@ def alias(cache: DynamicCache) -> DynamicCache:
     return twin
 
 
-def row_cache(stacked: Any, row: int, start: int, length: int) -> Any:
-    """A new DynamicCache with a copy of positions [start, start + length) of one row."""
+def row_cache(stacked: Any, row: int, columns: slice | torch.Tensor) -> Any:
+    """A new DynamicCache with a copy of one row's cache columns, in order: a span (`slice`),
+    or the positions a row kept after drafted tokens were rejected (an index tensor)."""
     out = DynamicCache()
     for index, layer in enumerate(stacked.layers):
-        keys = layer.keys[row : row + 1, :, start : start + length].clone()
-        values = layer.values[row : row + 1, :, start : start + length].clone()
-        out.update(keys, values, index)
-    return out
-
-
-def row_cache_at(stacked: Any, row: int, columns: torch.Tensor) -> Any:
-    """A new DynamicCache with a copy of the given cache columns of one row, in order (a row's
-    valid positions after drafted tokens were rejected are not one contiguous span)."""
-    out = DynamicCache()
-    for index, layer in enumerate(stacked.layers):
-        keys = layer.keys[row : row + 1].index_select(2, columns)
-        values = layer.values[row : row + 1].index_select(2, columns)
+        keys = layer.keys[row : row + 1, :, columns]
+        values = layer.values[row : row + 1, :, columns]
+        if isinstance(columns, slice):  # a view: copy it (an index tensor already copied)
+            keys, values = keys.clone(), values.clone()
         out.update(keys, values, index)
     return out
 

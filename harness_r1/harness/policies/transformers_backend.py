@@ -45,7 +45,7 @@ def copy_kv_prefix(cache: Any, length: int) -> Any:
     those are copied, not the whole cache): the single-row case of kv_lockstep.row_cache."""
     from harness_r1.harness.policies.kv_lockstep import row_cache
 
-    return row_cache(cache, 0, 0, length)
+    return row_cache(cache, 0, slice(0, length))
 
 
 def check_prefix_cache_support(model: Any) -> None:
@@ -254,7 +254,7 @@ class TransformersPolicy:
             alias,
             decode_together,
             next_tokens,
-            row_cache_at,
+            row_cache,
         )
 
         torch = self._torch
@@ -291,7 +291,7 @@ class TransformersPolicy:
             store.discard(row.ids)
             if len(columns[index]) != len(read):  # pragma: no cover - a decode bug, not input
                 raise PolicyError(f"cache holds {len(columns[index])} tokens, read {len(read)}")
-            store.put(read, row_cache_at(stacked, index, columns[index]))
+            store.put(read, row_cache(stacked, index, columns[index]))
             answers.append(self._answer(torch.tensor(row.generated), len(row.ids)))
         return answers
 

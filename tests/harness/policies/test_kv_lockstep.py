@@ -46,7 +46,7 @@ def test_caches_are_left_padded_to_the_longest_and_cut_back_out_exactly() -> Non
     assert torch.all(layer.keys[0, :, :3] == 0) and torch.all(layer.keys[0, :, 3:] == 2.0)
     for row, (original, pad) in enumerate(zip([short, long], pads, strict=True)):
         length = original.get_seq_length()
-        back = row_cache(stacked, row, pad, length)
+        back = row_cache(stacked, row, slice(pad, pad + length))
         for got, want in zip(back.layers, original.layers, strict=True):
             assert torch.equal(got.keys, want.keys) and torch.equal(got.values, want.values)
     # decode steps write in place while there is room, and grow past it keeping every token
@@ -59,7 +59,7 @@ def test_caches_are_left_padded_to_the_longest_and_cut_back_out_exactly() -> Non
     assert stacked.layers[1].get_seq_length() == 8
     assert torch.all(layer.keys[0, :, 3:5] == 2.0) and torch.all(layer.keys[:, :, 5:7] >= 50)
     # a cut-out row is a copy: growing it leaves the batch alone
-    back = row_cache(stacked, 0, 3, 1)
+    back = row_cache(stacked, 0, slice(3, 4))
     back.layers[0].keys += 1
     assert torch.all(stacked.layers[0].keys[0, :, 3:] == 1.0)
 
