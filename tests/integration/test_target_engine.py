@@ -73,7 +73,7 @@ def test_drafted_tokens_give_the_greedy_text_in_fewer_steps(
 
     monkeypatch.setattr(kv_lockstep, "_proposals", counting)
     sampling = SamplingConfig(max_new_tokens=24)
-    plain = TransformersPolicy.embedded(sampling=sampling, prefix_cache=True)
+    plain = TransformersPolicy.embedded(sampling=sampling, prefix_cache=True, draft_tokens=0)
     expected = _turns(plain)
     plain_steps, steps[:] = len(steps), []
     drafting = TransformersPolicy.embedded(sampling=sampling, prefix_cache=True, draft_tokens=6)
