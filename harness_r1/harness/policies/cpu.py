@@ -18,6 +18,7 @@ or cached as, another's.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,6 +27,10 @@ Dtype = Literal["float32", "bfloat16", "int8"]
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "int8")
 #: CPU flags (as /proc/cpuinfo spells them) of native bf16 matrix arithmetic.
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+#: glibc's mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit.
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,4 +63,30 @@ def choose_dtype(requested: str, flags: frozenset[str] | None = None) -> DtypeCh
         return DtypeChoice("bfloat16", f"auto: the CPU has {', '.join(found)}")
     return DtypeChoice(
         "float32", f"auto: no {' or '.join(BF16_FLAGS)} on this CPU, bf16 would be emulated"
+    )
+
+
+def keep_freed_memory(trim_threshold: int = 1 << 30) -> bool:
+    """Make glibc keep freed blocks of up to 32 MiB in the heap instead of unmapping them.
+
+    Why: the target allocates and frees caches and activations of a few MiB each on every
+    forward pass (the lockstep batch cache alone: 8 rows x ~2,500 positions x 3 heads x 64,
+    per layer, keys and values). glibc serves blocks that large with a fresh mmap and unmaps
+    them on free, so every one is paid again in page faults when first written: zero-filling
+    one layer's batch buffer took 11 ms in the target (0.5 ms for the same size reused), and
+    an ALFWorld run spent ~15% of its decode time so (BENCHMARKS.md, issue 16). With the
+    threshold at glibc's maximum and trimming set high, freed blocks are reused. The cost is
+    that the process keeps its peak heap instead of returning it to the system.
+
+    Returns whether glibc took both settings (False on other C libraries, which are left as
+    they are)."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) and mallopt(M_TRIM_THRESHOLD, trim_threshold)
     )

@@ -21,7 +21,7 @@ from harness_r1.harness.policies.base import (
     PolicyError,
     SamplingConfig,
 )
-from harness_r1.harness.policies.cpu import choose_dtype
+from harness_r1.harness.policies.cpu import choose_dtype, keep_freed_memory
 from harness_r1.harness.policies.local_models import (
     EMBEDDED,
     converted_checkpoint,
@@ -137,6 +137,7 @@ class TransformersPolicy:
         torch.set_num_threads(threads or _usable_cpus())
         choice = choose_dtype(dtype)
         self.dtype = choice.dtype
+        heap_kept = keep_freed_memory()
         log.info(
             "target_engine",
             model=model_id,
@@ -145,6 +146,7 @@ class TransformersPolicy:
             prefix_cache=prefix_cache,
             decode="lockstep" if prefix_cache and batched_decode else "generate",
             draft_tokens=draft_tokens if prefix_cache and batched_decode else 0,
+            freed_memory="kept in the heap" if heap_kept else "C library default",
         )
         self.model_id = model_id
         # another number format is another frozen target: its own version, so trajectories,
