@@ -141,6 +141,37 @@ def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
     assert torch.equal(plain, stock)
 
 
+def test_a_prompt_read_onto_a_cached_prefix_needs_no_mask() -> None:
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    from harness_r1.harness.policies.gqa_attention import lower_right_causal_or_mask
+
+    torch.manual_seed(3)
+    cached, new, dim = 11, 5, 8
+    query = torch.randn(1, 9, new, dim)
+    key, value = torch.randn(1, 3, cached + new, dim), torch.randn(1, 3, cached + new, dim)
+    causal = torch.ones(new, cached + new, dtype=torch.bool).tril(diagonal=cached)[None, None]
+    ours, _ = grouped_query_attention(_Layer(), query, key, value, None, scaling=0.3)
+    theirs, _ = sdpa_attention_forward(_Layer(), query, key, value, causal, scaling=0.3)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    # a later key really is hidden from an earlier new token: changing the last key changes
+    # only the last position's output
+    key[:, :, -1] += 5
+    moved, _ = grouped_query_attention(_Layer(), query, key, value, None, scaling=0.3)
+    assert torch.allclose(moved[:, :-1], ours[:, :-1], atol=1e-6)
+    assert not torch.allclose(moved[:, -1], ours[:, -1], atol=1e-3)
+    # the mask function leaves that case (one unpadded row, several tokens) to the attention
+    # and builds transformers' mask for every other
+    args = {"q_length": new, "kv_length": cached + new, "mask_function": causal_mask_function}
+    assert lower_right_causal_or_mask(batch_size=1, **args) is None
+    unpadded = torch.ones(1, cached + new)
+    assert lower_right_causal_or_mask(batch_size=1, attention_mask=unpadded, **args) is None
+    padded = torch.ones(2, cached + new, dtype=torch.bool)
+    padded[0, :2] = False
+    built = lower_right_causal_or_mask(batch_size=2, attention_mask=padded, **args)
+    assert torch.equal(built, sdpa_mask(batch_size=2, attention_mask=padded, **args))
+
+
 def test_one_token_steps_fold_without_a_mask_and_skip_finished_rows() -> None:
     query, key, value = _one_token_step(1, batch=4, length=9)
     # no mask (transformers drops an all-ones one): folded, same numbers as sdpa's own path
