@@ -107,6 +107,8 @@ class TransformersPolicy:
     request from its own seed. Greedy lockstep decode also checks up to `draft_tokens` tokens
     guessed by prompt lookup in each forward pass and keeps those the model agrees with
     (kv_lockstep.PromptLookup; 0 turns it off): the same greedy text in fewer passes.
+    `keep_freed_heap` has glibc keep freed multi-MiB blocks for reuse (cpu.keep_freed_memory:
+    process-wide, and not undone when another policy is built without it).
     Reading a prefix from the cache rather than in one pass, and
     decoding next to other rows (padding), change the floating-point numerics slightly, and
     whether a request hits depends on what ran before it, so (as with batching) greedy text can
@@ -130,6 +132,7 @@ class TransformersPolicy:
         dtype: str = "float32",
         batched_decode: bool = True,
         draft_tokens: int = 4,
+        keep_freed_heap: bool = True,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -137,7 +140,7 @@ class TransformersPolicy:
         torch.set_num_threads(threads or _usable_cpus())
         choice = choose_dtype(dtype)
         self.dtype = choice.dtype
-        heap_kept = keep_freed_memory()
+        heap_kept = keep_freed_heap and keep_freed_memory()
         log.info(
             "target_engine",
             model=model_id,
