@@ -17,7 +17,7 @@ from harness_r1.contracts.envelopes import (
 from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.contracts.hooks import ALLOWED_EFFECTS, EffectKind, HookName
 from harness_r1.contracts.packet import FailurePacket, PacketEpisode, RuntimeSignals, Snippet
-from harness_r1.contracts.patch import HookCode, Patch
+from harness_r1.contracts.patch import HookCode, HookMode, Patch
 from harness_r1.contracts.task import TaskRef, TaskSpec
 from harness_r1.contracts.trajectory import (
     BASE_HARNESS,
@@ -59,6 +59,7 @@ __all__ = [
     "EffectKind",
     "FailurePacket",
     "HookCode",
+    "HookMode",
     "HookEffect",
     "HookFault",
     "HookFaultKind",

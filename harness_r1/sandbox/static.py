@@ -11,7 +11,8 @@ message that says what to do instead, the hook it belongs to, and a 1-based line
 The rules, by code:
 - size: `source_too_long` (chars per hook), `too_many_nodes` (AST nodes), `string_too_long`
   (one string/bytes literal, implicit concatenations counted as one), `too_many_helpers`
-  (functions besides `hook`, nested ones included);
+  (functions besides `hook`, nested ones included; in a composed hook, counted per link:
+  each `linkN_ID` factory of `sandbox/compose.py` may hold that many besides its own `hook`);
 - shape: `syntax_error`, `missing_hook`, `duplicate_hook`, `bad_signature` (`def hook(ctx,
   state)`: exactly two positional parameters, any non-underscore names, no defaults, *args,
   **kwargs or keyword-only parameters), `top_level_statement` (only defs and a module
@@ -59,6 +60,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import warnings
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -66,7 +68,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness_r1.contracts import Patch
+from harness_r1.contracts import HookMode, Patch
 from harness_r1.sandbox.hooklib import (
     ALLOWED_BUILTINS,
     CATCHABLE_EXCEPTIONS,
@@ -418,10 +420,15 @@ class _Checker:
                 or args.kwarg is not None
             ):
                 self.add(Code.BAD_SIGNATURE, hook_def)
-        defs = sum(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(tree))
+        factories = [s for s in tree.body if _is_link_factory(s)]
+        defs = _count_defs(tree) - sum(_count_defs(f) for f in factories)
         helpers = defs - min(len(hooks), 1)
         if helpers > self.limits.max_helpers:
             self.add(Code.TOO_MANY_HELPERS, line=1, col=1, n=helpers, limit=self.limits.max_helpers)
+        for factory in factories:  # a composed hook: each link keeps its own allowance
+            inner = _count_defs(factory) - 2  # the factory and the link's own `hook`
+            if inner > self.limits.max_helpers:
+                self.add(Code.TOO_MANY_HELPERS, factory, n=inner, limit=self.limits.max_helpers)
 
     # -- names -----------------------------------------------------------------------------
 
@@ -677,6 +684,31 @@ class _Checker:
                 self.add(Code.EXCEPT_TYPE, kind, name=_source_of(kind))
 
 
+#: How `sandbox/compose.py` names the factory that wraps one link of a composed hook.
+LINK_FACTORY = re.compile(r"link[0-9]+_[a-z0-9]+")
+
+
+def _count_defs(tree: ast.AST) -> int:
+    return sum(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(tree))
+
+
+def _is_link_factory(stmt: ast.stmt) -> bool:
+    """`def linkN_ID(): <a hook module's defs> return hook`: one link of a composed hook."""
+    if not isinstance(stmt, ast.FunctionDef) or not LINK_FACTORY.fullmatch(stmt.name):
+        return False
+    args = stmt.args
+    if args.posonlyargs or args.args or args.vararg or args.kwonlyargs or args.kwarg:
+        return False
+    last = stmt.body[-1]
+    returns_hook = (
+        isinstance(last, ast.Return)
+        and isinstance(last.value, ast.Name)
+        and last.value.id == "hook"
+    )
+    nested_hooks = [s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "hook"]
+    return returns_hook and len(nested_hooks) == 1
+
+
 def _source_of(node: ast.AST) -> str:
     try:
         text = ast.unparse(node)
@@ -733,6 +765,8 @@ def check_patch(patch: Patch, limits: StaticLimits | None = None) -> StaticRepor
     stats: dict[str, HookStats] = {}
     truncated = False
     for hook_code in patch.hooks:
+        if hook_code.mode == HookMode.REMOVE:  # no code: what it removes is composition's
+            continue
         name = str(hook_code.hook)
         found, hook_stats = check_source(hook_code.code, name, limits)
         if len(found) > limits.max_violations_per_hook:
