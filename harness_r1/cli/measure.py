@@ -79,6 +79,13 @@ def canary_command(
     env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
     split: Annotated[str, typer.Option()],
     patch: Annotated[list[Path], typer.Option(help="Candidate patch file (repeatable).")],
+    on: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="The incumbent: a patch file each candidate is composed onto and judged "
+            "against (repeatable: a chain, oldest first). Default: the base harness."
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(help="Batch tasks, spread over the split.")] = 20,
     seed: Annotated[int, typer.Option()] = 0,
     guard_limit: Annotated[int, typer.Option(help="Guard tasks (others of the split).")] = 0,
@@ -126,6 +133,7 @@ def canary_command(
         env=env,
         split=split,
         patches=list(patch),
+        on=list(on or []),
         limit=limit,
         seed=seed,
         guard_limit=guard_limit,

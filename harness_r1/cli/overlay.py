@@ -59,12 +59,17 @@ def overlay_add(
     file: Path,
     target: Annotated[str, typer.Option(help="Agent pool the overlay is for.")],
     env: Annotated[str | None, typer.Option(help="Env, when the file does not name one.")] = None,
-    parent: Annotated[str | None, typer.Option(help="Overlay this one builds on.")] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option(help="Overlay to compose onto: FILE becomes the newest link of its chain."),
+    ] = None,
     actor: Actor = "",
 ) -> None:
-    """Register a hand-written patch FILE as a candidate (it must pass the static checks).
+    """Register a hand-written patch FILE as a candidate (it must pass the static checks);
+    with --parent, FILE composed onto that overlay's chain (the composition must pass too).
 
-    Example: `harness-r1 overlay add fix.patch --target pool-a --env dbbench`"""
+    Example: `harness-r1 overlay add fix.patch --target pool-a --env dbbench --parent ov-3f2a9c`"""
+    from harness_r1.sandbox.compose import CompositionRefused, Link, compose
     from harness_r1.sandbox.intake import check
     from harness_r1.sandbox.patchfile import load_patch_file
 
@@ -73,12 +78,30 @@ def overlay_add(
     if refusal is not None:
         console.print(f"[red]rejected[/red] {refusal}")
         raise typer.Exit(1)
-    record = _registry().add(
-        patch,
+    if parent is None and not patch.runnable:
+        console.print(
+            "[red]rejected[/red] not_composed: 'replace'/'remove' entries need --parent (the "
+            "overlay whose hooks they replace or remove)"
+        )
+        raise typer.Exit(1)
+    registry = _registry()
+    overlay, contributors = patch, None
+    if parent is not None:
+        chain = [Link(oid, link) for oid, link in registry.chain(parent)]
+        try:
+            composition = compose([*chain, Link(f"file-{file.stem}", patch)])
+        except CompositionRefused as err:
+            console.print(f"[red]rejected[/red] composition_{err.code}: {err.message}")
+            raise typer.Exit(1) from err
+        overlay, contributors = composition.patch, composition.describe()
+    record = registry.add(
+        overlay,
         target,
         parent_overlay_id=parent,
         evidence={"source": str(file)},
         actor=actor or _default_actor(),
+        link=patch if parent is not None else None,
+        contributors=contributors,
     )
     typer.echo(record.overlay_id)
 
@@ -108,25 +131,41 @@ def overlay_list(
 
 @overlay_app.command("show")
 def overlay_show(overlay_id: str) -> None:
-    """One overlay as JSON: patch, lineage, state, evidence and its event history.
+    """One overlay as JSON: the composed patch the fleet runs, its chain of links and which
+    link contributed each hook, its own link, state, evidence and event history.
 
     Example: `harness-r1 overlay show ov-3f2a9c`"""
     from harness_r1.deploy.registry import render_record
 
     registry = _registry()
     record = registry.get(overlay_id)
-    typer.echo(json.dumps(render_record(record, registry.events(overlay_id)), indent=2))
+    chain = [oid for oid, _ in registry.chain(overlay_id)]
+    view = render_record(record, registry.events(overlay_id), registry.link(overlay_id), chain)
+    typer.echo(json.dumps(view, indent=2))
 
 
 @overlay_app.command("diff")
-def overlay_diff(a: str, b: str) -> None:
-    """Unified diff of two overlays' hook sources.
+def overlay_diff(
+    a: str,
+    b: str,
+    links: Annotated[
+        bool, typer.Option("--links", help="Diff the two overlays' own links, not what runs.")
+    ] = False,
+) -> None:
+    """Unified diff of two overlays' hook sources: the composed hooks the fleet runs (what
+    changes for agents between two links of a chain), or with --links what each link added.
 
     Example: `harness-r1 overlay diff ov-3f2a9c ov-77b1e0`"""
+    from dataclasses import replace
+
     from harness_r1.deploy.registry import diff_overlays
 
     registry = _registry()
-    typer.echo(diff_overlays(registry.get(a), registry.get(b)) or "(identical hook sources)")
+    first, second = registry.get(a), registry.get(b)
+    if links:
+        first = replace(first, patch=registry.chain(a)[-1][1])
+        second = replace(second, patch=registry.chain(b)[-1][1])
+    typer.echo(diff_overlays(first, second) or "(identical hook sources)")
 
 
 def _publisher():  # type: ignore[no-untyped-def]

@@ -25,6 +25,11 @@ Rules (each one is what a reader of a packet may rely on):
 6. Signals are counted over the selected episodes (rules: signals.py).
 7. packet_id = sha256 of the canonical JSON (sorted keys, no spaces, UTF-8) of the packet
    without packet_id. Same input -> byte-identical `to_json_bytes()`.
+8. The incumbent (the live overlay's hooks, given by the caller per hook as its links' sources,
+   oldest first) comes before any episode and takes at most `incumbent_share` of the budget:
+   every hook whole when they all fit (as JSON), else each hook cut to an equal part of that
+   share (its newest links are at the end, so a cut drops those first: a link the engineer
+   cannot see whole is one it should replace, not add to). Episodes fill what is left.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import hashlib
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +49,8 @@ from harness_r1.consumers.constraints import IdMasker, task_constraints
 from harness_r1.consumers.signals import count_signals, episode_flags, failure_point
 from harness_r1.contracts import (
     FailurePacket,
+    HookName,
+    IncumbentHook,
     PacketEpisode,
     RuntimeSignals,
     Snippet,
@@ -82,6 +89,7 @@ class PacketConfig:
     snippet_after: int = 1
     max_action_chars: int = 240
     max_observation_chars: int = 400
+    incumbent_share: float = 0.4
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:
@@ -92,6 +100,8 @@ class PacketConfig:
             raise ValueError("snippet_window and snippet_after must be >= 0")
         if self.max_action_chars < 1 or self.max_observation_chars < 1:
             raise ValueError("max_action_chars and max_observation_chars must be >= 1")
+        if not 0.0 < self.incumbent_share < 1.0:
+            raise ValueError("incumbent_share must be in (0, 1)")
 
 
 def approx_tokens(text: str) -> int:
@@ -226,6 +236,7 @@ def _assemble(
     episodes: Sequence[PacketEpisode],
     config: PacketConfig,
     packet_id: str = _ID_PLACEHOLDER,
+    incumbent: Sequence[IncumbentHook] = (),
 ) -> FailurePacket:
     head = batch[0]
     signals = count_signals(chosen) if chosen else RuntimeSignals()
@@ -240,7 +251,45 @@ def _assemble(
         signals=signals,
         batch_size=len(batch),
         failures=len(failures),
+        incumbent=list(incumbent),
     )
+
+
+IncumbentSources = Mapping[HookName | str, Sequence[str]]
+
+
+def incumbent_hooks(sources: IncumbentSources, config: PacketConfig) -> list[IncumbentHook]:
+    """The incumbent's hooks within `incumbent_share` of the budget (rule 8)."""
+    texts = {}
+    for hook in HookName:
+        codes = sources.get(hook) or sources.get(str(hook))
+        if codes:
+            texts[hook] = (len(codes), _linked(codes))
+    if not texts:
+        return []
+    share = int(config.token_budget * config.incumbent_share * 4)  # approx_tokens: chars / 4
+    if sum(_json_chars(text) for _, text in texts.values()) > share:
+        each = share // len(texts)
+        texts = {hook: (n, _cut_json(text, each)) for hook, (n, text) in texts.items()}
+    return [IncumbentHook(hook=hook, links=n, code=text) for hook, (n, text) in texts.items()]
+
+
+def _linked(codes: Sequence[str]) -> str:
+    return "\n".join(
+        f"# link {i} of {len(codes)}\n{code.strip()}" for i, code in enumerate(codes, start=1)
+    )
+
+
+def _json_chars(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False))
+
+
+def _cut_json(text: str, limit: int) -> str:
+    """`text` cut (with the marker) so that its JSON string takes at most ~`limit` chars."""
+    keep = max(limit - 40, 0)
+    while keep > 0 and _json_chars(cut(text, keep)) > limit:
+        keep = keep * 9 // 10
+    return cut(text, keep)
 
 
 def packet_tokens(packet: FailurePacket) -> int:
@@ -249,10 +298,14 @@ def packet_tokens(packet: FailurePacket) -> int:
 
 
 def build_packet(
-    trajectories: Iterable[Trajectory], config: PacketConfig | None = None
+    trajectories: Iterable[Trajectory],
+    config: PacketConfig | None = None,
+    incumbent: IncumbentSources | None = None,
 ) -> FailurePacket:
-    """One packet from one batch (see the module docstring for every rule)."""
+    """One packet from one batch (see the module docstring for every rule); `incumbent`: the
+    live overlay's hooks, per hook its links' sources, oldest first."""
     config = config or PacketConfig()
+    live = incumbent_hooks(incumbent or {}, config)
     batch = _batch(trajectories)
     failures = [t for t in batch if is_failure(t)]
     if not failures:
@@ -273,17 +326,19 @@ def build_packet(
         alias = aliases[trajectory.task.task_id]
         saved = dict(masker.asin_aliases)
         episode = _episode(trajectory, alias, masker, config)
-        fits = _fits(batch, failures, [*chosen, trajectory], [*episodes, episode], config)
+        fits = _fits(batch, failures, [*chosen, trajectory], [*episodes, episode], config, live)
         drop = 0
         while not fits and not episodes and drop < len(episode.snippets) - 1:
             drop += 1  # the first episode is shrunk rather than dropped (rule 4)
             masker.asin_aliases = dict(saved)
             episode = _episode(trajectory, alias, masker, config, drop_first=drop)
-            fits = _fits(batch, failures, [trajectory], [episode], config)
+            fits = _fits(batch, failures, [trajectory], [episode], config, live)
         if not fits:
             masker.asin_aliases = saved
             if not episodes:
-                needed = packet_tokens(_assemble(batch, failures, [trajectory], [episode], config))
+                needed = packet_tokens(
+                    _assemble(batch, failures, [trajectory], [episode], config, incumbent=live)
+                )
                 raise ValueError(
                     f"token_budget {config.token_budget} is too small for even one episode "
                     f"(the smallest packet takes {needed} approximate tokens)"
@@ -291,7 +346,7 @@ def build_packet(
             break
         chosen.append(trajectory)
         episodes.append(episode)
-    draft = _assemble(batch, failures, chosen, episodes, config)
+    draft = _assemble(batch, failures, chosen, episodes, config, incumbent=live)
     return draft.model_copy(update={"packet_id": packet_hash(draft)})
 
 
@@ -301,10 +356,10 @@ def _fits(
     chosen: Sequence[Trajectory],
     episodes: Sequence[PacketEpisode],
     config: PacketConfig,
+    incumbent: Sequence[IncumbentHook] = (),
 ) -> bool:
-    return (
-        packet_tokens(_assemble(batch, failures, chosen, episodes, config)) <= config.token_budget
-    )
+    packet = _assemble(batch, failures, chosen, episodes, config, incumbent=incumbent)
+    return packet_tokens(packet) <= config.token_budget
 
 
 def read_trajectories(path: Path | str) -> list[Trajectory]:

@@ -16,7 +16,13 @@ from harness_r1.contracts.envelopes import (
 )
 from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.contracts.hooks import ALLOWED_EFFECTS, EffectKind, HookName
-from harness_r1.contracts.packet import FailurePacket, PacketEpisode, RuntimeSignals, Snippet
+from harness_r1.contracts.packet import (
+    FailurePacket,
+    IncumbentHook,
+    PacketEpisode,
+    RuntimeSignals,
+    Snippet,
+)
 from harness_r1.contracts.patch import HookCode, HookMode, Patch
 from harness_r1.contracts.task import TaskRef, TaskSpec
 from harness_r1.contracts.trajectory import (
@@ -60,6 +66,7 @@ __all__ = [
     "FailurePacket",
     "HookCode",
     "HookMode",
+    "IncumbentHook",
     "HookEffect",
     "HookFault",
     "HookFaultKind",

@@ -28,7 +28,11 @@ class CandidateCost(Contract):
 
 class CandidateResult(Message):
     candidate_id: str
-    patch_sha256: str | None
+    patch_sha256: str | None = Field(description="The candidate's own patch (its link).")
+    composed_sha256: str | None = Field(
+        default=None,
+        description="The overlay that ran: the candidate composed onto the incumbent.",
+    )
     status: Literal["evaluated", "invalid", "infra_error"]
     invalid_reason: str | None = Field(default=None, description="Stable code + message.")
     pairs: list[PairedTask] = Field(default_factory=list)
@@ -58,11 +62,15 @@ class CanaryReport(Message):
     env: str
     target: TargetRef
     tasks: int
+    incumbent_overlay_id: str = Field(
+        default="base",
+        description="What the baseline ran and every candidate was composed onto.",
+    )
     baseline_cached: bool
     baseline_success_rate: float
     baseline_cost: CandidateCost
     candidates: list[CandidateResult]
     control: CandidateResult | None = Field(
         default=None,
-        description="The batch re-run with no patch among the candidates: pairing noise.",
+        description="The batch re-run with the incumbent among the candidates: pairing noise.",
     )

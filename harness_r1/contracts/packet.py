@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from harness_r1.contracts.base import Contract, Message
+from harness_r1.contracts.hooks import HookName
 from harness_r1.contracts.trajectory import TargetRef, Termination
+
+
+class IncumbentHook(Contract):
+    """One hook of the live overlay the batch ran under, as the engineer reads it."""
+
+    hook: HookName
+    links: int = Field(ge=1, description="How many links of the incumbent's chain run here.")
+    code: str = Field(
+        description="Each link's source, oldest first, after a `# link N of M` line; cut to "
+        "the packet's budget with the marker ` ...[N chars cut]`."
+    )
 
 
 class RuntimeSignals(Contract):
@@ -69,3 +81,16 @@ class FailurePacket(Message):
     signals: RuntimeSignals
     batch_size: int = Field(ge=0, description="Episodes in the batch the packet was drawn from.")
     failures: int = Field(ge=0)
+    incumbent: list[IncumbentHook] = Field(
+        default_factory=list,
+        description="The hooks already live (the batch's harness): a new patch is added to "
+        "them, or replaces one explicitly. Empty on the base harness.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_incumbent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Left out when empty: packets of the base harness keep their bytes and packet_id."""
+        data: dict[str, Any] = handler(self)
+        if not self.incumbent:
+            data.pop("incumbent", None)
+        return data

@@ -13,6 +13,15 @@ Everything between two steps is in the state store, so any step can crash and be
   `max_attempts` it is marked failed with the error;
 - `guard_once` judges every overlay in canary state from live success counts in the store and
   promotes it to all agents or rolls it back (deploy.guard).
+
+Improvement accumulates: a batch is judged against the pool's incumbent (its active overlay, or
+the base harness), each candidate runs composed onto the incumbent's chain, and a winner is
+registered as that composition with the incumbent as its parent (sandbox.compose). A batch of
+failures recorded under another harness version (a control cohort on the previous overlay, a
+canary cohort not yet promoted, a version since rolled back or superseded) is finished as
+`stale` when claimed: it is not re-run, not shown to the engineer and earns no reward, because
+a packet of another harness's failures shows problems the incumbent may not have and the
+fleet keeps producing failures of the live one. Its trajectories stay in the store.
 Canary work is shared between daemon workers through the store's leased claims rather than
 a Kafka consumer group (the issue allows either): a lease gives crash recovery for free, and
 consumer-group joins cost ~23 s on tansu (DESIGN.md).
@@ -44,7 +53,8 @@ from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.envs import get_suite
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
+from harness_r1.sandbox.compose import Link, compose, effective_sources
 from harness_r1.sandbox.gate import GateDecision
 from harness_r1.sandbox.gated import Evaluator, GatedReport, best_promoted, run_gated
 from harness_r1.trainer.engineer import EngineerSample
@@ -181,6 +191,11 @@ class ImprovementLoop:
         ):
             try:
                 outcome = self.process(batch)
+            except StaleBatch as err:
+                self.store.finish_batch(batch.batch_id, worker, "stale", str(err))
+                self.metrics.batch("stale")
+                log.info("batch_stale", reason=str(err))
+                return None
             except Exception as err:  # noqa: BLE001 - infrastructure: retry, never a reward
                 self._failed_attempt(batch, worker, err)
                 return None
@@ -219,22 +234,34 @@ class ImprovementLoop:
             self.metrics.batch("retried")
             log.warning("batch_retry", attempts=batch.attempts, error=detail)
 
+    def incumbent(self, env: str) -> Incumbent:
+        """The pool's live overlay for `env` with its chain, or the base harness."""
+        return incumbent_of(self.registry, self.config.release_target, env)
+
     def process(self, batch: Batch) -> BatchOutcome:
+        incumbent = self.incumbent(batch.key.env)
+        if batch.key.harness_version != incumbent.overlay_id:
+            raise StaleBatch(
+                f"recorded under {batch.key.harness_version}; the pool's incumbent is "
+                f"{incumbent.overlay_id}"
+            )
         trajectories = [
             Trajectory.from_json_bytes(p)
             for p in self.store.load_trajectory_payloads(batch.trajectory_ids)
         ]
-        packet = build_packet(trajectories, self.config.packet)
+        packet = build_packet(
+            trajectories, self.config.packet, incumbent=effective_sources(incumbent.links)
+        )
         self.store.save_packet(batch.batch_id, packet.packet_id, packet.to_json_bytes().decode())
         self.metrics.packet()
         proposer = self.proposer  # one engineer for the whole batch, even across a swap
         with structlog.contextvars.bound_contextvars(packet_id=packet.packet_id):
             samples = proposer.samples(packet, self.config.k, _seed(batch.batch_id))
             proposals = [classify(s, packet.env, i) for i, s in enumerate(samples)]
-            gated = self._canary(batch, packet, trajectories, proposals)
+            gated = self._canary(batch, packet, trajectories, proposals, incumbent)
             _refuse_infra_errors(gated)
             rewards = self._rewards(batch.batch_id, gated, proposals)
-            overlay_id, winner = self._promote(batch.batch_id, packet, proposals, gated)
+            overlay_id, winner = self._promote(batch.batch_id, packet, proposals, gated, incumbent)
             self._store_results(
                 batch, packet, samples, proposals, gated, rewards, winner, overlay_id, proposer.name
             )
@@ -251,6 +278,7 @@ class ImprovementLoop:
         packet: FailurePacket,
         trajectories: Sequence[Trajectory],
         proposals: Sequence[Proposal],
+        incumbent: Incumbent,
     ) -> GatedReport:
         refs = [t.task for t in trajectories]
         tasks = tuple(self.tasks.get(r.env, r.split, r.task_id) for r in refs)
@@ -271,7 +299,12 @@ class ImprovementLoop:
             for p in proposals
         ]
         return run_gated(
-            self.canary_for(packet.env), canary_batch, guard_batch, candidates, self.config.gate
+            self.canary_for(packet.env),
+            canary_batch,
+            guard_batch,
+            candidates,
+            self.config.gate,
+            incumbent,
         )
 
     def _rewards(
@@ -302,10 +335,11 @@ class ImprovementLoop:
         packet: FailurePacket,
         proposals: Sequence[Proposal],
         gated: GatedReport,
+        incumbent: Incumbent,
     ) -> tuple[str | None, str | None]:
-        """The best candidate the gate promotes, handed to the release policy
-        (`deploy.promotion`). Returns (overlay id, winning candidate id), both None when
-        nothing was promoted."""
+        """The best candidate the gate promotes, composed onto the incumbent and handed to the
+        release policy (`deploy.promotion`). Returns (overlay id, winning candidate id), both
+        None when nothing was promoted."""
         best = best_promoted(gated)
         if best is None:
             return None, None
@@ -313,13 +347,20 @@ class ImprovementLoop:
         patches = {_cid(batch_id, i): p.patch for i, p in enumerate(proposals)}
         patch = patches[cid]
         assert patch is not None  # the gate promotes evaluated candidates only
+        composition = compose([*incumbent.links, Link(cid, patch)])
+        measured = next(r for r in gated.report.candidates if r.candidate_id == cid)
+        if measured.composed_sha256 not in (None, composition.patch.sha256()):
+            raise RuntimeError(f"{cid}: the composition to release is not the one measured")
         promotion = Promotion(
             candidate_id=cid,
-            patch=patch,
+            patch=composition.patch,
             delta=delta,
             group_id=batch_id,
             packet_id=packet.packet_id,
             evidence=_evidence(gated, cid, delta),
+            link=patch,
+            parent_overlay_id=None if incumbent.patch is None else incumbent.overlay_id,
+            contributors=composition.describe(),
         )
         return self.promoter.promote(promotion, self.store.agent_ids), cid
 
@@ -426,6 +467,21 @@ class ImprovementLoop:
             self._on_event({"event": kind, "at": time.time(), **_jsonable(data)})
         except Exception as err:  # noqa: BLE001
             log.warning("audit_event_not_sent", kind=kind, error=f"{type(err).__name__}: {err}")
+
+
+def incumbent_of(registry: OverlayRegistry, target: str, env: str) -> Incumbent:
+    """`target`'s active overlay as an Incumbent (its stored composed patch, which the fleet
+    runs, and the chain of links new candidates compose onto), or the base harness when the
+    pool has none for `env` (a pool's one active overlay belongs to one env)."""
+    active = registry.active(target)
+    if active is None or active.env != env:
+        return BASE
+    links = tuple(Link(oid, patch) for oid, patch in registry.chain(active.overlay_id))
+    return Incumbent(active.overlay_id, links, active.patch)
+
+
+class StaleBatch(Exception):
+    """The batch's failures were recorded under a harness that is not the incumbent."""
 
 
 class CanaryInfraError(RuntimeError):

@@ -48,7 +48,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ENV_LABELS = (*ENV_NAMES, "other")
 OUTCOMES = ("success", "failure")
 BROKER_OPS = ("poll", "commit", "dead_letter", "send")
-BATCH_STATES = ("sealed", "done", "failed", "retried")
+BATCH_STATES = ("sealed", "done", "failed", "retried", "stale")
 GATE_VERDICTS = ("promote", "reject", "inconclusive")
 QUEUES = ("pending_batches", "running_batches", "dead_letters")
 # Loggers of libraries whose INFO lines are routine chatter (kafka-python logs every

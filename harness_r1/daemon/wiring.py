@@ -41,7 +41,7 @@ from harness_r1.deploy.guard import GuardConfig
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.deploy.signing import Keyring, Signer
-from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
@@ -110,9 +110,11 @@ class _Serialized:
         self._runner = runner
         self._lock = threading.Lock()
 
-    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
+    def evaluate(
+        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+    ) -> CanaryReport:
         with self._lock:
-            return self._runner.evaluate(batch, candidates)
+            return self._runner.evaluate(batch, candidates, incumbent)
 
 
 class CanaryRunners:

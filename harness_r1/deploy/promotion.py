@@ -6,12 +6,18 @@ configured fraction can reach nobody, and a canary nobody runs measures nothing)
 release at a time per target: a second cohort would eat the first one's control arm, so a
 later winner stays a candidate for an operator (or a later batch) to release. Without a
 signing key nothing is released.
+
+The overlay registered is the winner composed onto the incumbent it was judged against (its
+parent), with the winner's own patch kept as its link. It is released only while that parent
+is still the pool's active overlay (or the base harness, for a first link): composed onto a
+harness that is no longer live, it would take back whatever replaced it, so it stays a
+candidate (logged) for an operator to look at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -29,11 +35,14 @@ class Promotion:
     """A candidate the gate promoted, with what the registry keeps as its evidence."""
 
     candidate_id: str
-    patch: Patch
+    patch: Patch  # the composed overlay: what is signed and released
     delta: float
     group_id: str  # the batch: one overlay per group, whatever the retries
     packet_id: str
     evidence: Mapping[str, Any]
+    link: Patch | None = None  # the winner's own patch (None: `patch` is a root)
+    parent_overlay_id: str | None = None  # the incumbent it was composed onto (None: base)
+    contributors: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 class Promoter:
@@ -61,9 +70,11 @@ class Promoter:
             self.target,
             packet_id=promotion.packet_id,
             group_id=promotion.group_id,
-            parent_overlay_id=self._parent(),
+            parent_overlay_id=promotion.parent_overlay_id,
             evidence=dict(promotion.evidence),
             actor=self.actor,
+            link=promotion.link,
+            contributors=promotion.contributors,
         )
         if record.state is not OverlayState.CANDIDATE:
             return record.overlay_id  # released by an earlier attempt
@@ -72,6 +83,15 @@ class Promoter:
             return record.overlay_id
         if self.registry.list(target=self.target, state=OverlayState.CANARY):
             log.info("release_deferred_canary_in_flight", overlay_id=record.overlay_id)
+            return record.overlay_id
+        live = self._active_id()
+        if record.parent_overlay_id != live:
+            log.warning(
+                "release_refused_incumbent_changed",
+                overlay_id=record.overlay_id,
+                composed_onto=record.parent_overlay_id or "base",
+                active=live or "base",
+            )
             return record.overlay_id
         fraction = fraction_reaching_one(agents(), record.overlay_id, self.rollout_fraction)
         self.publisher.release(
@@ -85,7 +105,7 @@ class Promoter:
         )
         return record.overlay_id
 
-    def _parent(self) -> str | None:
+    def _active_id(self) -> str | None:
         active = self.registry.active(self.target)
         return active.overlay_id if active else None
 

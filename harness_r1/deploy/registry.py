@@ -67,6 +67,9 @@ from harness_r1.deploy.sqlbase import (
 )
 
 DEFAULT_URL = "sqlite:///harness_r1.db"
+#: A chain walk longer than this is a cycle or a corrupt row (composition budgets bound real
+#: chains far below it).
+MAX_CHAIN = 1000
 
 
 class OverlayState(StrEnum):
@@ -142,6 +145,16 @@ class OverlayRecord:
 
 
 @dataclass(frozen=True)
+class OverlayLink:
+    """One link of an overlay chain: the patch an overlay added onto its parent (what its
+    engineer wrote) and, per hook, the links whose code runs in the composed overlay."""
+
+    overlay_id: str
+    patch: Patch
+    contributors: dict[str, builtins.list[int]]  # per hook: 1-based positions in the chain
+
+
+@dataclass(frozen=True)
 class OverlayEvent:
     """One audit line. `from_state` is None for the creation; equal to `to_state` for an action
     that changed nothing (a pin, a note)."""
@@ -207,6 +220,21 @@ class _EventRow(RegistryBase):
     reason: Mapped[str] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UtcDateTime())
     evidence_json: Mapped[str] = mapped_column(Text)
+
+
+class _LinkRow(RegistryBase):
+    """An overlay's own link. The overlay's patch is its parent's composed with this link
+    (`sandbox/compose.py`); an overlay without a row is a root: its patch is its whole chain
+    (every overlay from before composition, and hand-added ones). Its own table, so databases
+    created before it gain it by `create_all`, without a migration of the overlays table."""
+
+    __tablename__ = "overlay_links"
+
+    overlay_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("overlay_overlays.overlay_id"), primary_key=True
+    )
+    link_json: Mapped[str] = mapped_column(Text)
+    contributors_json: Mapped[str] = mapped_column(Text)
 
 
 class _SequenceRow(RegistryBase):
@@ -405,8 +433,12 @@ class OverlayRegistry(SqlDatabase):
         parent_overlay_id: str | None = None,
         evidence: Mapping[str, Any] | None = None,
         actor: str = "daemon",
+        link: Patch | None = None,
+        contributors: Mapping[str, Collection[int]] | None = None,
     ) -> OverlayRecord:
-        """Store a new candidate overlay for `target` and record its creation."""
+        """Store a new candidate overlay for `target` and record its creation. `link` (with
+        the composition's `contributors`) when `patch` is `link` composed onto the parent's
+        chain; without it the overlay is a root."""
         if not target:
             raise RegistryError("an overlay needs a target (the agent pool it is for)")
         patch_json = patch.to_json_bytes().decode("utf-8")
@@ -431,6 +463,16 @@ class OverlayRegistry(SqlDatabase):
             )
             session.add(row)
             session.flush()  # the event's foreign key needs the overlay row first
+            if link is not None:
+                session.add(
+                    _LinkRow(
+                        overlay_id=overlay_id,
+                        link_json=link.to_json_bytes().decode("utf-8"),
+                        contributors_json=json.dumps(
+                            {str(k): list(v) for k, v in (contributors or {}).items()}
+                        ),
+                    )
+                )
             session.add(
                 _event_row(
                     overlay_id,
@@ -460,6 +502,36 @@ class OverlayRegistry(SqlDatabase):
         query = query.order_by(_OverlayRow.created_at.desc(), _OverlayRow.row_id.desc())
         with self._read() as session:
             return [_to_record(row) for row in session.scalars(query)]
+
+    def link(self, overlay_id: str) -> OverlayLink | None:
+        """The overlay's own link, None for a root."""
+        with self._read() as session:
+            self._row(session, overlay_id)
+            row = session.get(_LinkRow, overlay_id)
+            if row is None:
+                return None
+            return OverlayLink(
+                overlay_id,
+                Patch.model_validate_json(row.link_json),
+                json.loads(row.contributors_json),
+            )
+
+    def chain(self, overlay_id: str) -> builtins.list[tuple[str, Patch]]:
+        """(overlay id, link patch) from the root to `overlay_id`: what composes to its patch.
+        A root contributes its whole patch."""
+        chain: builtins.list[tuple[str, Patch]] = []
+        current: str | None = overlay_id
+        while current is not None:
+            link = self.link(current)
+            record = self.get(current)
+            if link is None:
+                chain.append((current, record.patch))
+                break
+            chain.append((current, link.patch))
+            current = record.parent_overlay_id
+            if len(chain) > MAX_CHAIN:
+                raise RegistryError(f"overlay {overlay_id}: chain longer than {MAX_CHAIN}")
+        return chain[::-1]
 
     def active(self, target: str) -> OverlayRecord | None:
         """The overlay serving `target` now, or None when it runs the base harness."""
@@ -741,9 +813,27 @@ def _event_view(ev: OverlayEvent) -> dict[str, Any]:
 
 
 def render_record(
-    record: OverlayRecord, events: builtins.list[OverlayEvent] | None = None
+    record: OverlayRecord,
+    events: builtins.list[OverlayEvent] | None = None,
+    link: OverlayLink | None = None,
+    chain: builtins.list[str] | None = None,
 ) -> dict[str, Any]:
-    """A JSON-ready view of one overlay and its history, for `overlay show`."""
+    """A JSON-ready view of one overlay and its history, for `overlay show`: the composed
+    hooks the fleet runs, which link contributed each, and its own link."""
+    ids = chain or [record.overlay_id]
+    positions = (
+        link.contributors
+        if link is not None
+        else {str(h.hook): [len(ids)] for h in record.patch.hooks}
+    )
+    composition: dict[str, Any] = {
+        "chain": ids,
+        "contributors": {
+            hook: [ids[p - 1] if 0 < p <= len(ids) else f"#{p}" for p in found]
+            for hook, found in positions.items()
+        },
+        "link": None if link is None else link.patch.model_dump(mode="json"),
+    }
     return {
         "overlay_id": record.overlay_id,
         "target": record.target,
@@ -757,6 +847,7 @@ def render_record(
         "updated_at": record.updated_at.isoformat(),
         "evidence": record.evidence,
         "patch": record.patch.model_dump(mode="json"),
+        "composition": composition,
         "events": [_event_view(ev) for ev in events or []],
     }
 

@@ -1,9 +1,14 @@
 """The canary: re-run the frozen target on the same tasks and seeds with and without a patch.
 
-Design (paired, shared baseline): the batch's baseline run (base harness) is computed once per
-(batch, target, run config) and cached; every valid candidate then runs the same task ids with
-the same seeds, all candidates' episodes together in lockstep so generation is batched across
-them. Cost: n + K*n episodes instead of the naive 2*K*n.
+Design (paired, shared baseline): the batch's baseline run is computed once per (batch,
+incumbent, target, run config) and cached; every valid candidate then runs the same task ids
+with the same seeds, all candidates' episodes together in lockstep so generation is batched
+across them. Cost: n + K*n episodes instead of the naive 2*K*n.
+
+The baseline is the *incumbent*: the overlay the pool runs now (or the base harness). Each
+candidate is a link composed onto the incumbent's chain (`sandbox/compose.py`) and the composed
+overlay is what runs, so its delta is what the patch adds to what is live; a candidate that
+only repeats the incumbent scores 0. The control arm (when asked for) re-runs the incumbent.
 
 Infrastructure failures (an env error, a model backend failure) are retried and, if they
 persist, reported as `infra_error` with no reward: they are never turned into a reward.
@@ -35,6 +40,7 @@ from harness_r1.contracts import (
 )
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.policies.base import PolicyError
+from harness_r1.sandbox.compose import CompositionRefused, Link, compose
 from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 
 log = structlog.get_logger(__name__)
@@ -73,6 +79,36 @@ class Candidate:
     candidate_id: str
     patch: Patch | None
     invalid_reason: str | None = None  # set when parsing already failed
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """What a batch is judged against: the pool's live overlay (its id, the chain of links it
+    was composed from, and the composed patch the fleet runs), or the base harness."""
+
+    overlay_id: str = "base"
+    links: tuple[Link, ...] = ()
+    patch: Patch | None = None
+
+    def __post_init__(self) -> None:
+        if (self.patch is None) != (not self.links):
+            raise ValueError("an incumbent overlay has both its links and its composed patch")
+
+    @classmethod
+    def of_chain(cls, overlay_id: str, links: Sequence[Link]) -> Incumbent:
+        """The incumbent composed from its links (a test or a hand-run canary's `--on`)."""
+        return cls(overlay_id, tuple(links), compose(links).patch)
+
+    @property
+    def identity(self) -> list[str]:
+        return [self.overlay_id, self.patch.sha256() if self.patch is not None else "base"]
+
+    def with_link(self, candidate_id: str, patch: Patch) -> Patch:
+        """The candidate's overlay: this chain plus the candidate as its newest link."""
+        return compose([*self.links, Link(candidate_id, patch)]).patch
+
+
+BASE = Incumbent()
 
 
 @dataclass(frozen=True)
@@ -148,6 +184,12 @@ def _caused_by_patch(t: Trajectory) -> bool:
     return any(e.kind in ("rewrite", "force") for e in t.steps[-1].effects)
 
 
+def _close(hooks: HookSet) -> None:
+    close = getattr(hooks, "close", None)
+    if callable(close):
+        close()
+
+
 def _refused(hooks: HookSet) -> bool:
     """The executor could not isolate or start the patch: infrastructure, not the patch."""
     events: dict[str, Any] = getattr(hooks, "events", None) or {}
@@ -214,15 +256,15 @@ class CanaryRunner:
         policy = self.runtime.policy
         return TargetRef(model_id=policy.model_id, version=policy.version)
 
-    def baseline_key(self, batch: CanaryBatch) -> str:
-        """Batch, target and everything about how the target runs that can change an outcome
-        (step limit, history, decoding settings, batching, prefix reuse): a baseline is shared
-        only with candidates run exactly the same way."""
+    def baseline_key(self, batch: CanaryBatch, incumbent: Incumbent = BASE) -> str:
+        """Batch, incumbent, target and everything about how the target runs that can change an
+        outcome (step limit, history, decoding settings, batching, prefix reuse): a baseline is
+        shared only with candidates run exactly the same way on the same incumbent."""
         config = self.runtime.config
         key = [
             batch.batch_id,
             self.target.model_dump(),
-            "base",
+            *(["base"] if incumbent.patch is None else incumbent.identity),
             config.max_steps,
             config.history_turns,
             config.lockstep,
@@ -261,13 +303,26 @@ class CanaryRunner:
             for i, (t, s) in enumerate(zip(batch.tasks, batch.seeds, strict=True))
         ]
 
-    def baseline(self, batch: CanaryBatch) -> tuple[list[EpisodeOutcome], bool]:
-        key = self.baseline_key(batch)
+    def _incumbent_hooks(self, incumbent: Incumbent) -> HookSet:
+        if incumbent.patch is None:
+            return NoHooks()
+        return self.hooks_factory(incumbent.patch, incumbent.overlay_id)
+
+    def baseline(
+        self, batch: CanaryBatch, incumbent: Incumbent = BASE
+    ) -> tuple[list[EpisodeOutcome], bool]:
+        key = self.baseline_key(batch, incumbent)
         cached = self.cache.get(key)
         if cached is not None:
             return cached, True
-        specs = self._specs(batch, NoHooks(), f"canary-{batch.batch_id[:12]}-base")
-        done = self._run(specs)
+        hooks = self._incumbent_hooks(incumbent)
+        try:
+            if _refused(hooks):
+                raise InfraFailure(f"incumbent {incumbent.overlay_id}: isolation refused")
+            specs = self._specs(batch, hooks, f"canary-{batch.batch_id[:12]}-base")
+            done = self._run(specs)
+        finally:
+            _close(hooks)
         if len(done) != len(specs):
             raise InfraFailure(f"baseline of batch {batch.batch_id[:12]}: episodes kept failing")
         outcomes = [_outcome(done[s.trajectory_id]) for s in specs]
@@ -276,32 +331,31 @@ class CanaryRunner:
 
     # -- the public entry point ---------------------------------------------------------------
 
-    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
+    def evaluate(
+        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+    ) -> CanaryReport:
+        """Each candidate composed onto `incumbent` and paired against it on `batch`."""
         ids = [c.candidate_id for c in candidates]
         if len(set(ids)) != len(ids) or (self.config.control and CONTROL_ID in ids):
             raise ValueError(
                 f"candidate ids must be unique (and not {CONTROL_ID!r}): {sorted(ids)}"
             )
         started = time.perf_counter()
-        base, cached = self.baseline(batch)
+        base, cached = self.baseline(batch, incumbent)
         base_seconds = 0.0 if cached else time.perf_counter() - started
         results: dict[str, CandidateResult] = {}
         runnable: list[tuple[Candidate, HookSet]] = []
+        composed: dict[str, str] = {}
         for candidate in candidates:
-            reason = candidate.invalid_reason
-            if reason is None and candidate.patch is not None:
-                reason = self.validator(candidate.patch)
-            if reason is None and candidate.patch is None:
-                reason = "no_patch: the candidate carries no patch"
-            if reason is not None:
+            overlay, reason = self._overlay(candidate, incumbent)
+            if reason is not None or overlay is None:
+                reason = reason or "no_patch: the candidate carries no patch"
                 results[candidate.candidate_id] = self._invalid(candidate, reason)
                 continue
-            assert candidate.patch is not None
-            runnable.append(
-                (candidate, self.hooks_factory(candidate.patch, candidate.candidate_id))
-            )
+            composed[candidate.candidate_id] = overlay.sha256()
+            runnable.append((candidate, self.hooks_factory(overlay, candidate.candidate_id)))
         if self.config.control:
-            runnable.append((Candidate(CONTROL_ID, None), NoHooks()))
+            runnable.append((Candidate(CONTROL_ID, None), self._incumbent_hooks(incumbent)))
         specs_by_candidate = {
             c.candidate_id: self._specs(
                 batch, hooks, f"canary-{batch.batch_id[:12]}-{c.candidate_id}"
@@ -312,13 +366,15 @@ class CanaryRunner:
             done = self._run([s for specs in specs_by_candidate.values() for s in specs])
         finally:
             for _, hooks in runnable:
-                close = getattr(hooks, "close", None)
-                if callable(close):
-                    close()
+                _close(hooks)
         control = None
         for candidate, hooks in runnable:
             specs = specs_by_candidate[candidate.candidate_id]
             result = self._evaluated(candidate, hooks, specs, done, base)
+            if candidate.candidate_id in composed:
+                result = result.model_copy(
+                    update={"composed_sha256": composed[candidate.candidate_id]}
+                )
             if candidate.patch is None:
                 control = result
             else:
@@ -328,6 +384,7 @@ class CanaryRunner:
             env=batch.env,
             target=self.target,
             tasks=len(batch.tasks),
+            incumbent_overlay_id=incumbent.overlay_id,
             baseline_cached=cached,
             baseline_success_rate=sum(o.success for o in base) / max(1, len(base)),
             baseline_cost=CandidateCost(
@@ -339,6 +396,22 @@ class CanaryRunner:
             candidates=[results[c.candidate_id] for c in candidates],
             control=control,
         )
+
+    def _overlay(
+        self, candidate: Candidate, incumbent: Incumbent
+    ) -> tuple[Patch | None, str | None]:
+        """The overlay a candidate runs as (its patch composed onto the incumbent), or why it
+        cannot run: its own parse or static refusal, or the composition's."""
+        if candidate.invalid_reason is not None or candidate.patch is None:
+            return None, candidate.invalid_reason
+        reason = self.validator(candidate.patch)
+        if reason is not None:
+            return None, reason
+        try:
+            overlay = incumbent.with_link(candidate.candidate_id, candidate.patch)
+        except CompositionRefused as err:
+            return None, f"composition_{err.code}: {err.message}"
+        return overlay, self.validator(overlay)
 
     def _invalid(self, candidate: Candidate, reason: str) -> CandidateResult:
         return CandidateResult(

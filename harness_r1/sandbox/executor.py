@@ -163,7 +163,13 @@ class IsolatedHooks:
         self.overlay_id = overlay_id or f"patch-{patch.sha256()[:16]}"
         self.metrics = metrics
         self.static_rejection: str | None = None
-        if static_checks:
+        if not patch.runnable:  # replace/remove mean something only composed (sandbox.compose)
+            self.static_rejection = (
+                "not_composed: a patch with 'replace' or 'remove' entries runs only composed "
+                "onto an incumbent"
+            )
+            start = False
+        elif static_checks:
             from harness_r1.sandbox.intake import check
 
             self.static_rejection = check(patch)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harness_r1.contracts import CanaryReport, CandidateResult
-from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
 from harness_r1.sandbox.gate import (
     GateConfig,
     GateDecision,
@@ -26,7 +26,9 @@ from harness_r1.sandbox.gate import (
 class Evaluator(Protocol):
     """What is needed of a runner (`sandbox.canary.CanaryRunner` is one)."""
 
-    def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport: ...
+    def evaluate(
+        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = ...
+    ) -> CanaryReport: ...
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,13 @@ def run_gated(
     guard_batch: CanaryBatch | None,
     candidates: Sequence[Candidate],
     gate: GateConfig,
+    incumbent: Incumbent = BASE,
 ) -> GatedReport:
-    report = runner.evaluate(batch, candidates)
-    guard = runner.evaluate(guard_batch, candidates) if guard_batch is not None else None
+    """Both runs judge the candidates composed onto `incumbent` against `incumbent`."""
+    report = runner.evaluate(batch, candidates, incumbent)
+    guard = None
+    if guard_batch is not None:
+        guard = runner.evaluate(guard_batch, candidates, incumbent)
     guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
     decisions: dict[str, GateDecision] = {}
     for result in report.candidates:

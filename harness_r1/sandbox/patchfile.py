@@ -2,7 +2,8 @@
 
 The `.patch` format keeps hand-written patches readable as Python (reference patches, teacher
 examples): header comments `# env: NAME` and `# description: ...` (continued on following
-`#   ` lines), then one section per hook introduced by `# === hook: NAME ===`.
+`#   ` lines), then one section per hook introduced by `# === hook: NAME ===`, or
+`# === hook: NAME (replace) ===` / `(remove)` (no code) for a link that changes the incumbent's.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import json
 import re
 from pathlib import Path
 
-from harness_r1.contracts import HookCode, HookName, Patch
+from harness_r1.contracts import HookCode, HookMode, HookName, Patch
 from harness_r1.sandbox.parse import parse_engineer_output
 
-_SECTION = re.compile(r"^# === hook: (\w+) ===\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^# === hook: (\w+)(?: \((add|replace|remove)\))? ===\s*$", re.MULTILINE)
 REFERENCE_DIR = Path(__file__).parent / "reference_patches"
 
 
@@ -40,12 +41,17 @@ def parse_sectioned(text: str, source: str = "<patch>") -> Patch:
         else:
             collecting = False
     hooks = []
-    for name, code in zip(sections[::2], sections[1::2], strict=True):
+    for name, mode, code in zip(sections[::3], sections[1::3], sections[2::3], strict=True):
         try:
             hook = HookName(name)
         except ValueError as err:
             raise PatchFileError(f"{source}: unknown hook section {name!r}") from err
-        hooks.append(HookCode(hook=hook, code=code.strip() + "\n"))
+        if mode == HookMode.REMOVE:
+            if code.strip():
+                raise PatchFileError(f"{source}: a '(remove)' section carries no code")
+            hooks.append(HookCode(hook=hook, mode=HookMode.REMOVE))
+            continue
+        hooks.append(HookCode(hook=hook, code=code.strip() + "\n", mode=HookMode(mode or "add")))
     return Patch(env=env.group(1), description=" ".join(description_lines), hooks=hooks)
 
 

@@ -12,7 +12,7 @@ The rules, by code:
 - size: `source_too_long` (chars per hook), `too_many_nodes` (AST nodes), `string_too_long`
   (one string/bytes literal, implicit concatenations counted as one), `too_many_helpers`
   (functions besides `hook`, nested ones included; in a composed hook, counted per link:
-  each `linkN_ID` factory of `sandbox/compose.py` may hold that many besides its own `hook`);
+  each `linkN` factory of `sandbox/compose.py` may hold that many besides its own `hook`);
 - shape: `syntax_error`, `missing_hook`, `duplicate_hook`, `bad_signature` (`def hook(ctx,
   state)`: exactly two positional parameters, any non-underscore names, no defaults, *args,
   **kwargs or keyword-only parameters), `top_level_statement` (only defs and a module
@@ -685,7 +685,7 @@ class _Checker:
 
 
 #: How `sandbox/compose.py` names the factory that wraps one link of a composed hook.
-LINK_FACTORY = re.compile(r"link[0-9]+_[a-z0-9]+")
+LINK_FACTORY = re.compile(r"link[0-9]+")
 
 
 def _count_defs(tree: ast.AST) -> int:
@@ -693,7 +693,7 @@ def _count_defs(tree: ast.AST) -> int:
 
 
 def _is_link_factory(stmt: ast.stmt) -> bool:
-    """`def linkN_ID(): <a hook module's defs> return hook`: one link of a composed hook."""
+    """`def linkN(): <a hook module's defs> return hook`: one link of a composed hook."""
     if not isinstance(stmt, ast.FunctionDef) or not LINK_FACTORY.fullmatch(stmt.name):
         return False
     args = stmt.args

@@ -375,7 +375,8 @@ def _format_section() -> list[str]:
         '"hooks": [{"hook": name, "code": str}]}</patch>',
         f"name is one of {names}.",
         "The patch is JSON; code strings keep their newlines as written, other escapes as in "
-        "JSON. Each hook name at most once.",
+        'JSON. Each hook name at most once. Optional per hook: "mode": "add" (default), '
+        '"replace" or "remove", against a live overlay.',
     ]
 
 
@@ -465,6 +466,7 @@ def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> st
         f"Task types: {', '.join(types) if types else 'none'}.",
         f"Signals: {counted or 'none'}.",
     ]
+    lines += _incumbent_lines(packet)
     for episode in packet.episodes:
         lines += ["", *_episode_lines(episode, config.snippet_chars)]
     lines += [
@@ -473,6 +475,21 @@ def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> st
         "these. Answer as <think>...</think><patch>{...}</patch>.",
     ]
     return "\n".join(lines)
+
+
+def _incumbent_lines(packet: FailurePacket) -> list[str]:
+    """The live overlay's hooks: the engineer adds what is missing, or replaces a hook."""
+    if not packet.incumbent:
+        return []
+    lines = [
+        "",
+        "## Live overlay (these failures happened with it; your patch is added to it)",
+        'Your hooks run after these ones. Give a hook "mode": "replace" to run instead of the '
+        'live one, "mode": "remove" (no code) to stop it; do not repeat what is already here.',
+    ]
+    for hook in packet.incumbent:
+        lines += [f"### {hook.hook} ({hook.links} link{'s' if hook.links > 1 else ''})", hook.code]
+    return lines
 
 
 def engineer_messages(

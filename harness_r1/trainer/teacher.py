@@ -26,17 +26,22 @@ How the template teacher decides (deterministic for the packet's bytes, k and se
 5. The think text names the packet's strongest signals and, per template, its hook and
    purpose (terse: see `_think`); the patch description lists the templates with their
    parameters.
+6. A live overlay (the packet's `incumbent`): a template already running in it (its
+   docstring found in that hook's live code) is never proposed again as an addition. When no
+   other template applies, the proposals re-tune the live ones instead, each hook they touch
+   given as a `replace` of the live hook.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness_r1.contracts import FailurePacket, HookCode, HookName, Patch
+from harness_r1.contracts import FailurePacket, HookCode, HookMode, HookName, Patch
 from harness_r1.sandbox.intake import check
 from harness_r1.sandbox.parse import dump_patch_json
 from harness_r1.sandbox.static import StaticLimits
@@ -202,11 +207,15 @@ class TemplateTeacher:
     def propose(self, packet: FailurePacket, k: int, seed: int) -> list[str]:
         return [p.text for p in self.proposals(packet, k, seed)]
 
-    def rank(self, packet: FailurePacket) -> list[tuple[Template, float]]:
-        """The templates that apply to the packet's env with a positive score, best first."""
+    def rank(self, packet: FailurePacket, *, live: bool = False) -> list[tuple[Template, float]]:
+        """The templates that apply to the packet's env with a positive score, best first:
+        those not already live (rule 6), or with `live` only those that are."""
         features = packet_features(packet)
-        scored = [(t, t.score(features)) for t in templates_for(packet.env)]
-        ranked = [(t, s) for t, s in scored if s > 0]
+        running = live_templates(packet)
+        scored = [
+            (t, t.score(features)) for t in templates_for(packet.env) if (t.name in running) == live
+        ]
+        ranked = [(t, s) for t, s in scored if s > 0 or (live and t.name in running)]
         return sorted(ranked, key=lambda item: (-item[1], item[0].name))
 
     def proposals(self, packet: FailurePacket, k: int, seed: int) -> list[Proposal]:
@@ -215,6 +224,10 @@ class TemplateTeacher:
             raise ValueError(f"k must be >= 1, got {k}")
         features = packet_features(packet)
         ranked = self.rank(packet)
+        replace: frozenset[HookName] = frozenset()
+        if not ranked and packet.incumbent:  # rule 6: re-tune what is live, hook by hook
+            ranked = self.rank(packet, live=True)
+            replace = frozenset(t.hook for t, _ in ranked)
         if not ranked:
             raise ValueError(f"no template applies to env {packet.env!r}")
         context = RenderContext(
@@ -234,7 +247,7 @@ class TemplateTeacher:
                     else self._sample(ranked, features, rng)
                 )
                 key = tuple(sorted(choices, key=lambda c: c.name))
-                patch = self._patch(packet.env, choices, context)
+                patch = self._patch(packet.env, choices, context, replace)
                 if patch is None:
                     continue
                 candidate = self._proposal(patch, choices, features, scores)
@@ -254,9 +267,11 @@ class TemplateTeacher:
         choices: Sequence[TemplateChoice],
         context: RenderContext | None = None,
         description: str | None = None,
+        replace: frozenset[HookName] = frozenset(),
     ) -> Patch:
-        """A patch from explicit template choices (composing same-hook templates); raises
-        ValueError when the result does not pass the static checks."""
+        """A patch from explicit template choices (composing same-hook templates); hooks in
+        `replace` replace the live overlay's; raises ValueError when the result does not pass
+        the static checks."""
         context = context or RenderContext(env=env)
         hooks = []
         for hook in HOOK_ORDER:
@@ -274,7 +289,8 @@ class TemplateTeacher:
                     for i, c in enumerate(group)
                 ]
                 code = compose(hook, rules)
-            hooks.append(HookCode(hook=hook, code=code))
+            mode = HookMode.REPLACE if hook in replace else HookMode.ADD
+            hooks.append(HookCode(hook=hook, code=code, mode=mode))
         patch = Patch(
             env=env,
             description=description if description is not None else _description(choices),
@@ -344,10 +360,14 @@ class TemplateTeacher:
         return chosen
 
     def _patch(
-        self, env: str, choices: Sequence[TemplateChoice], context: RenderContext
+        self,
+        env: str,
+        choices: Sequence[TemplateChoice],
+        context: RenderContext,
+        replace: frozenset[HookName] = frozenset(),
     ) -> Patch | None:
         try:
-            return self.render_patch(env, choices, context)
+            return self.render_patch(env, choices, context, replace=replace)
         except ValueError:
             return None
 
@@ -375,6 +395,26 @@ def _description(choices: Sequence[TemplateChoice]) -> str:
     names = ", ".join(c.name for c in choices)
     parts = [f"{c.label()}." for c in choices]  # the purposes are in the think text
     return f"templates: {names}. " + " ".join(parts)
+
+
+def live_templates(packet: FailurePacket) -> set[str]:
+    """Templates running in the packet's live overlay: those whose docstring is in the live
+    code of their hook (rule 6)."""
+    live = {h.hook: h.code for h in packet.incumbent}
+    found = set()
+    for template in templates_for(packet.env):
+        code = live.get(template.hook)
+        signature = _signature(template, packet.env)
+        if code is not None and signature is not None and signature in code:
+            found.add(template.name)
+    return found
+
+
+def _signature(template: Template, env: str) -> str | None:
+    """The template's docstring: fixed text in every rendering, whatever the parameters."""
+    source = template.render(template.defaults(), RenderContext(env=env))
+    function = next((s for s in ast.parse(source).body if isinstance(s, ast.FunctionDef)), None)
+    return None if function is None else ast.get_docstring(function, clean=False)
 
 
 def templates_in(description: str) -> list[str]:

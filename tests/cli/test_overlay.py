@@ -106,3 +106,35 @@ def test_publishing_commands_need_brokers_and_a_key(tmp_path: Path) -> None:
     result = runner.invoke(app, ["overlay", "pause", "--target", "p1"], env=env)
     assert result.exit_code != 0
     assert "HARNESS_R1_KAFKA_BOOTSTRAP" in result.output
+
+
+def test_a_link_composed_onto_a_chain_is_shown_link_by_link(
+    operator_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = operator_env
+    root = cli(env, "overlay", "add", str(REFERENCE / "dbbench_lookup.patch"), "--target", "p2")
+    root = root.strip()
+    hint = tmp_path / "hint.patch"
+    hint.write_text(
+        "# env: dbbench\n# description: a hint after SQL errors\n"
+        "# === hook: post_feedback ===\n"
+        "def hook(ctx, state):\n    return 'Check the column names.'\n"
+    )
+    link = cli(env, "overlay", "add", str(hint), "--target", "p2", "--parent", root).strip()
+    shown = json.loads(cli(env, "overlay", "show", link))
+    composition = shown["composition"]
+    assert composition["chain"] == [root, link]
+    assert composition["contributors"]["post_feedback"] == [root, link]
+    assert composition["contributors"]["pre_action"] == [root]
+    assert composition["link"]["description"] == "a hint after SQL errors"
+    whole = cli(env, "overlay", "diff", root, link)
+    assert "def link2():" in whole  # what the fleet runs: the composition
+    own = cli(env, "overlay", "diff", root, link, "--links")
+    assert "Check the column names." in own and "def link2" not in own
+    removal = tmp_path / "removal.patch"
+    removal.write_text("# env: dbbench\n# === hook: post_feedback (remove) ===\n")
+    refused = runner.invoke(app, ["overlay", "add", str(removal), "--target", "p2"], env=env)
+    assert refused.exit_code == 1 and "not_composed" in refused.output
+    removed = cli(env, "overlay", "add", str(removal), "--target", "p2", "--parent", link).strip()
+    after = json.loads(cli(env, "overlay", "show", removed))
+    assert "post_feedback" not in after["composition"]["contributors"]

@@ -591,3 +591,41 @@ def test_real_dbbench_runs_give_a_deterministic_masked_packet(tmp_path: Path) ->
     shuffled = list(trajectories)
     random.Random(3).shuffle(shuffled)
     assert build_packet(shuffled, config).to_json_bytes() == data
+
+
+# -- the incumbent's hooks (issue 17) --------------------------------------------------------
+
+VETO_CODE = "def hook(ctx, state):\n    return None\n"
+NOTE_CODE = "def hook(ctx, state):\n    return 'Use SQL.'\n"
+
+
+def test_the_incumbents_hooks_come_first_and_a_base_packet_keeps_its_bytes() -> None:
+    batch = db_batch(6)
+    base = build_packet(batch)
+    assert b'"incumbent"' not in base.to_json_bytes()  # the base harness: same bytes as before
+    assert build_packet(batch, incumbent={}) == base
+    live = build_packet(
+        batch, incumbent={"pre_action": [VETO_CODE, NOTE_CODE], HookName.PRE_DECISION: [NOTE_CODE]}
+    )
+    assert [(h.hook, h.links) for h in live.incumbent] == [
+        (HookName.PRE_DECISION, 1),
+        (HookName.PRE_ACTION, 2),
+    ]
+    assert live.incumbent[1].code.startswith("# link 1 of 2\ndef hook(ctx, state):")
+    assert "# link 2 of 2\n" in live.incumbent[1].code
+    assert live.packet_id != base.packet_id
+    assert FailurePacket.from_json_bytes(live.to_json_bytes()) == live
+
+
+def test_the_incumbent_takes_at_most_its_share_of_the_budget_and_episodes_the_rest() -> None:
+    batch = db_batch(12)
+    config = PacketConfig(token_budget=1600, max_episodes=12, incumbent_share=0.4)
+    huge = "def hook(ctx, state):\n" + "    x = 1\n" * 2000 + "    return None\n"
+    packet = build_packet(batch, config, incumbent={"pre_action": [huge], "post_feedback": [huge]})
+    assert packet_tokens(packet) <= 1600
+    shown = sum(len(json.dumps(h.code)) for h in packet.incumbent)
+    assert shown <= 1600 * 0.4 * 4
+    assert all("chars cut]" in h.code for h in packet.incumbent)
+    assert packet.episodes, "the incumbent left no room for a single episode"
+    alone = build_packet(batch, config)
+    assert len(packet.episodes) < len(alone.episodes)

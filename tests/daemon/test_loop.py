@@ -9,14 +9,28 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from daemon_rig import ReferenceEngineer, canary_for, data_root, failed_trajectories
+from daemon_rig import (
+    ENV,
+    SPLIT,
+    ReferenceEngineer,
+    canary_for,
+    data_root,
+    failed_trajectories,
+    runtime,
+)
 
+from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.store import StateStore, ingest_item
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.deploy.signing import Signer
+from harness_r1.envs import get_suite
+from harness_r1.harness.episode import EpisodeSpec
+from harness_r1.harness.tasks import spread
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.writers import TemplateWriter
 
@@ -207,3 +221,79 @@ def test_an_inconclusive_candidate_is_neither_registered_nor_released(tmp_path: 
     assert registry.list(target="shop") == [], "an inconclusive candidate was registered"
     assert sent == [], "an inconclusive candidate was released"
     assert [r.overlay_id for r in store.canary_results(outcome.batch_id)] == [None] * 3
+
+
+# -- improvement accumulates (issue 17) -------------------------------------------------------
+
+NOTE = Patch(
+    env="webshop",
+    description="round 1: a note",
+    hooks=[
+        HookCode(
+            hook=HookName.PRE_DECISION,
+            code="def hook(ctx, state):\n    return 'Buy the closest match.'\n",
+        )
+    ],
+)
+
+
+def trajectories_under(overlay_id: str, patch: Patch, n: int, offset: int = 0):  # type: ignore[no-untyped-def]
+    """n real WebShop episodes of the junk target under `patch`, recorded as `overlay_id`."""
+    tasks = spread(get_suite(ENV).load_tasks(data_root(), SPLIT), n, offset)
+    run = runtime()
+    hooks = IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=overlay_id)
+    try:
+        return run.run([EpisodeSpec(task=t, seed=i, hooks=hooks) for i, t in enumerate(tasks)])
+    finally:
+        hooks.close()
+        run.close()
+
+
+def live(registry: OverlayRegistry, patch: Patch) -> str:
+    """`patch` as the pool's active overlay (as the live guard leaves a winner)."""
+    record = registry.add(patch, "shop")
+    for state in (OverlayState.CANARY, OverlayState.ACTIVE):
+        registry.transition(record.overlay_id, state, actor="test", reason="round 1 won")
+    return record.overlay_id
+
+
+def test_round_two_composes_onto_round_one_and_keeps_its_hooks(tmp_path: Path) -> None:
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer(), k=1)
+    round_one = live(registry, NOTE)
+    ingest(store, trajectories_under(round_one, NOTE, 12))
+    assert loop.flush() == 1
+    outcome = loop.work_once("w1")
+    assert outcome is not None and outcome.verdicts == ("promote",), outcome
+    record = registry.get(outcome.overlay_id)  # type: ignore[arg-type]
+    assert record.parent_overlay_id == round_one
+    shopper = next(iter(reference_patches("webshop").values()))
+    # round 1's note still runs, and the shopper's hooks with it
+    assert record.patch.code_for(HookName.PRE_DECISION) is not None
+    assert {h.hook for h in record.patch.hooks} == {h.hook for h in [*NOTE.hooks, *shopper.hooks]}
+    link = registry.link(record.overlay_id)
+    assert link is not None and link.patch == shopper
+    assert [oid for oid, _ in registry.chain(record.overlay_id)] == [round_one, record.overlay_id]
+    assert [topic for topic, _ in sent] == ["harness-r1.overlay-releases"]  # onto the live one
+
+
+def test_a_repeat_of_the_incumbent_scores_zero_and_is_not_promoted(tmp_path: Path) -> None:
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer(), k=1)
+    shopper = next(iter(reference_patches("webshop").values()))
+    round_one = live(registry, shopper)
+    ingest(store, trajectories_under(round_one, shopper, 12))
+    assert loop.flush(datetime.now(UTC) + timedelta(hours=1)) == 1  # the shopper wins some
+    outcome = loop.work_once("w1")
+    assert outcome is not None and outcome.rewards == (0.0,), outcome
+    assert outcome.verdicts != ("promote",) and outcome.overlay_id is None
+    assert sent == [] and len(registry.list(target="shop")) == 1
+
+
+def test_failures_of_a_harness_that_is_not_the_incumbent_are_stale(tmp_path: Path) -> None:
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer(), k=1, batch_size=4)
+    ingest(store, failed_trajectories(4, offset=5))  # recorded under the base harness
+    live(registry, NOTE)  # ... which is no longer what the pool runs
+    assert loop.flush() == 1
+    assert loop.work_once("w1") is None
+    assert len(store.batch_ids(state="stale")) == 1 and store.pending_batches() == 0
+    assert store.count_canary_results() == 0 and store.count_groups() == 0
+    assert sent == []

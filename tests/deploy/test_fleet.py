@@ -141,6 +141,54 @@ def test_rollback_reaches_a_fleet_of_20(deployment: Deployment) -> None:
         client.close()
 
 
+def test_rollback_to_a_middle_link_restores_its_exact_composition(
+    deployment: Deployment,
+) -> None:
+    """Three links composed one onto the other; the fleet runs the newest, then an operator
+    rolls back to the middle one: every agent runs exactly its stored composition (the first
+    two links' hooks), signed as it was measured, and none of the third's."""
+    from harness_r1.sandbox.compose import Link, compose
+
+    served: dict[str, str] = {}
+
+    def recording(patch: Patch, overlay_id: str) -> IsolatedHooks:
+        served[overlay_id] = patch.sha256()
+        return sandboxed(patch, overlay_id)
+
+    registry = deployment.registry
+    chain: list[Link] = []
+    ids = []
+    for tag in ("a", "b", "c"):
+        link = make_patch(tag)
+        composition = compose([*chain, Link(f"link-{tag}", link)])
+        record = registry.add(
+            composition.patch,
+            "pool-a",
+            parent_overlay_id=ids[-1] if ids else None,
+            link=link,
+            contributors=composition.describe(),
+        )
+        chain.append(Link(record.overlay_id, link))
+        ids.append(record.overlay_id)
+    clients = [deployment.client(f"agent-{i}", hooks_factory=recording) for i in range(3)]
+    for overlay_id in ids:
+        deployment.publisher.release(overlay_id, actor="ops", reason="round")
+        sync_until(clients, lambda c, o=overlay_id: c.active_overlay_id == o)
+    a, b, c = ids
+    deployment.publisher.control(
+        ControlKind.ROLLBACK, "pool-a", actor="ops", reason="c hurts", overlay_id=b
+    )
+    sync_until(clients, lambda client: client.active_overlay_id == b)
+    middle = registry.get(b).patch
+    assert served[b] == middle.sha256()
+    code = middle.code_for(HookName.PRE_DECISION)
+    assert code is not None and "'a'" in code and "'b'" in code and "'c'" not in code
+    assert registry.get(b).state is OverlayState.ACTIVE
+    assert [oid for oid, _ in registry.chain(b)] == [a, b]
+    for client in clients:
+        client.close()
+
+
 def test_attacks_over_the_broker_change_nothing_and_are_counted(deployment: Deployment) -> None:
     metrics = ClientMetrics(CollectorRegistry())
     client = deployment.client("agent-x", metrics=metrics)

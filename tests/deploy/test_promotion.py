@@ -9,7 +9,9 @@ from harness_r1.deploy.promotion import Promoter, Promotion
 from harness_r1.deploy.registry import OverlayState
 
 
-def promotion(tag: str, group: str = "batch-1", delta: float = 0.25) -> Promotion:
+def promotion(
+    tag: str, group: str = "batch-1", delta: float = 0.25, parent: str | None = None
+) -> Promotion:
     return Promotion(
         candidate_id=f"{group}-c2",
         patch=make_patch(tag),
@@ -17,6 +19,7 @@ def promotion(tag: str, group: str = "batch-1", delta: float = 0.25) -> Promotio
         group_id=group,
         packet_id=f"packet-{group}",
         evidence={"delta_success": delta},
+        parent_overlay_id=parent,
     )
 
 
@@ -32,7 +35,7 @@ def test_a_promotion_is_registered_with_its_lineage_and_released_to_a_reachable_
 ) -> None:
     parent = rig.overlay("live")
     rig.publisher.release(parent, fraction=1.0, actor="op", reason="r")
-    overlay_id = promoter(rig).promote(promotion("new"), lambda: AGENTS)
+    overlay_id = promoter(rig).promote(promotion("new", parent=parent), lambda: AGENTS)
     record = rig.registry.get(overlay_id)
     assert record.state is OverlayState.CANARY
     assert (record.parent_overlay_id, record.group_id, record.packet_id) == (
@@ -63,3 +66,14 @@ def test_without_a_signing_key_nothing_is_released(rig: Rig) -> None:
     overlay_id = promoter(rig, keyed=False).promote(promotion("a"), lambda: AGENTS)
     assert rig.registry.get(overlay_id).state is OverlayState.CANDIDATE
     assert rig.bus.log == []
+
+
+def test_a_winner_composed_onto_a_harness_no_longer_live_stays_a_candidate(rig: Rig) -> None:
+    """Judged against (and composed onto) one overlay, released only while that overlay is
+    live: onto anything else it would take back what replaced it."""
+    first = rig.overlay("first")
+    rig.publisher.release(first, fraction=1.0, actor="op", reason="r")
+    onto_base = promoter(rig).promote(promotion("stale", group="b1"), lambda: AGENTS)
+    assert rig.registry.get(onto_base).state is OverlayState.CANDIDATE
+    onto_first = promoter(rig).promote(promotion("fresh", group="b2", parent=first), lambda: AGENTS)
+    assert rig.registry.get(onto_first).state is OverlayState.CANARY

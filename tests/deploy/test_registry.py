@@ -573,3 +573,65 @@ def test_postgresql_round_trip() -> None:
     finally:
         RegistryBase.metadata.drop_all(reg._engine)
         reg.close()
+
+
+# -- lineage of composed overlays (issue 17) ---------------------------------------------------
+
+
+def test_each_link_is_stored_and_the_chain_walks_back_to_the_root(reg: OverlayRegistry) -> None:
+    root = reg.add(make_patch("root"), "pool-a")
+    link_b = make_patch("b", code="def hook(ctx, state):\n    return {'effect': 'allow'}\n")
+    # the composed patch is whatever composition gave; the registry stores it as it is
+    composed_b = make_patch("b composed", post_feedback=BODY)
+    b = reg.add(
+        composed_b,
+        "pool-a",
+        parent_overlay_id=root.overlay_id,
+        link=link_b,
+        contributors={"pre_action": [1, 2], "post_feedback": [2]},
+    )
+    link_c = make_patch("c")
+    c = reg.add(make_patch("c composed"), "pool-a", parent_overlay_id=b.overlay_id, link=link_c)
+    assert reg.link(root.overlay_id) is None  # a root: its patch is its whole chain
+    stored = reg.link(b.overlay_id)
+    assert stored is not None and stored.patch == link_b
+    assert stored.contributors == {"pre_action": [1, 2], "post_feedback": [2]}
+    assert reg.chain(c.overlay_id) == [
+        (root.overlay_id, root.patch),
+        (b.overlay_id, link_b),
+        (c.overlay_id, link_c),
+    ]
+    assert reg.get(b.overlay_id).patch == composed_b  # what is signed: the composed overlay
+    view = render_record(reg.get(b.overlay_id), [], stored, [root.overlay_id, b.overlay_id])
+    assert view["composition"]["chain"] == [root.overlay_id, b.overlay_id]
+    assert view["composition"]["contributors"] == {
+        "pre_action": [root.overlay_id, b.overlay_id],
+        "post_feedback": [b.overlay_id],
+    }
+    assert view["composition"]["link"]["description"] == "b"
+    assert view["patch"]["description"] == "b composed"
+
+
+def test_an_overlay_with_a_parent_but_no_link_is_a_root(reg: OverlayRegistry) -> None:
+    """Overlays registered before composition recorded their parent as lineage only: their
+    patch stands alone, and the chain must not compose the parent in again."""
+    first = reg.add(make_patch("first"), "pool-a")
+    second = reg.add(make_patch("second"), "pool-a", parent_overlay_id=first.overlay_id)
+    assert reg.chain(second.overlay_id) == [(second.overlay_id, second.patch)]
+
+
+def test_a_database_from_before_links_gains_the_table(db_url: str) -> None:
+    old = OverlayRegistry(db_url)
+    record = old.add(make_patch("old"), "pool-a")
+    old.close()
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("DROP TABLE overlay_links")
+    reopened = OverlayRegistry(db_url)
+    try:
+        assert reopened.chain(record.overlay_id) == [(record.overlay_id, record.patch)]
+        child = reopened.add(
+            make_patch("child"), "pool-a", parent_overlay_id=record.overlay_id, link=make_patch()
+        )
+        assert len(reopened.chain(child.overlay_id)) == 2
+    finally:
+        reopened.close()

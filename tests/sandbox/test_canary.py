@@ -30,15 +30,18 @@ from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks, Ru
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import PolicyError, SamplingConfig
 from harness_r1.sandbox.canary import (
+    BASE,
     BaselineCache,
     CanaryBatch,
     CanaryConfig,
     CanaryRunner,
     Candidate,
     EpisodeOutcome,
+    Incumbent,
     InfraFailure,
     generation_identity,
 )
+from harness_r1.sandbox.compose import Link
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
 from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 from harness_r1.sandbox.static import check_patch
@@ -399,6 +402,7 @@ def evaluated(
     return CandidateResult(
         candidate_id=candidate_id,
         patch_sha256=sha,
+        composed_sha256=sha,  # one patch on the base harness runs as it is
         status="evaluated",
         pairs=pairs,
         delta_success=delta,
@@ -557,6 +561,7 @@ def test_episodes_that_keep_failing_are_retried_logged_and_never_a_reward() -> N
         CandidateResult(
             candidate_id="open",
             patch_sha256=OPEN.sha256(),
+            composed_sha256=OPEN.sha256(),
             status="infra_error",
             invalid_reason="infra: episodes kept failing after retries",
         )
@@ -679,6 +684,7 @@ def test_a_worker_that_cannot_start_is_infrastructure_even_when_isolated() -> No
         CandidateResult(
             candidate_id="open",
             patch_sha256=OPEN.sha256(),
+            composed_sha256=OPEN.sha256(),
             status="infra_error",
             invalid_reason="infra: isolation refused",
             sandbox_events={"start_failures": 1},
@@ -778,3 +784,53 @@ def test_a_batch_is_checked_with_a_message_that_says_what_is_wrong() -> None:
 def test_the_control_id_is_reserved_while_the_control_runs() -> None:
     with pytest.raises(ValueError, match="not 'control'"):
         runner(ScriptedPolicy(["x"]), control=True).evaluate(BATCH, [Candidate("control", OPEN)])
+
+
+# -- the incumbent as baseline (issue 17) ---------------------------------------------------
+
+LOOK_FIRST = patch(
+    "def hook(ctx, state):\n"
+    "    if ctx['step'] == 0:\n"
+    "        return {'effect': 'force', 'text': 'look'}\n"
+    "    return None\n"
+)
+
+
+def test_a_patch_that_helps_only_on_top_of_the_incumbent_scores_against_the_incumbent() -> None:
+    incumbent = Incumbent.of_chain("ov-open", [Link("ov-open", OPEN)])
+    canary = runner(ScriptedPolicy(["ACTION: dance"]), control=True)
+    alone = canary.evaluate(BATCH, [Candidate("look", LOOK_FIRST)])
+    assert alone.incumbent_overlay_id == "base"
+    assert alone.candidates[0].delta_success == 0.0  # looking alone never opens the door
+    report = canary.evaluate(
+        BATCH, [Candidate("look", LOOK_FIRST), Candidate("again", OPEN)], incumbent
+    )
+    assert report.incumbent_overlay_id == "ov-open"
+    assert report.baseline_success_rate == pytest.approx(0.5) and not report.baseline_cached
+    look, again = report.candidates
+    # on top of "always open" (a newer force wins at step 0), every task is won: +0.5
+    assert look.delta_success == pytest.approx(0.5) and look.reward == pytest.approx(0.5)
+    assert look.patch_sha256 == LOOK_FIRST.sha256()
+    assert look.composed_sha256 == incumbent.with_link("look", LOOK_FIRST).sha256()
+    assert again.delta_success == 0.0  # a repeat of the incumbent adds nothing
+    assert report.control is not None and report.control.delta_success == 0.0
+
+
+def test_baselines_are_keyed_by_the_incumbent() -> None:
+    canary = runner(ScriptedPolicy(["ACTION: dance"]))
+    on_open = Incumbent.of_chain("ov-open", [Link("ov-open", OPEN)])
+    on_look = Incumbent.of_chain("ov-look", [Link("ov-look", LOOK_THEN_OPEN)])
+    keys = {canary.baseline_key(BATCH, i) for i in (BASE, on_open, on_look)}
+    assert len(keys) == 3
+    assert canary.baseline(BATCH, on_open)[0] != canary.baseline(BATCH, on_look)[0]
+    assert canary.baseline(BATCH, on_open)[1]  # the second ask is the cached one
+
+
+def test_a_candidate_that_cannot_compose_onto_the_incumbent_is_invalid_with_the_reason() -> None:
+    removal = Patch(env="door", hooks=[HookCode(hook=HookName.POST_FEEDBACK, mode="remove")])
+    incumbent = Incumbent.of_chain("ov-open", [Link("ov-open", OPEN)])
+    canary = runner(ScriptedPolicy(["ACTION: dance"]), invalid_reward=-0.5)
+    [result] = canary.evaluate(BATCH, [Candidate("rm", removal)], incumbent).candidates
+    assert result.status == "invalid" and result.reward == -0.5
+    assert result.invalid_reason is not None
+    assert result.invalid_reason.startswith("composition_nothing_to_remove: post_feedback")

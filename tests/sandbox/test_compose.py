@@ -62,21 +62,20 @@ def test_a_single_contributor_keeps_its_source_byte_for_byte() -> None:
     only = link("ov-1", pre_action=REWRITE_LOOK, post_feedback=source('return "hint"'))
     composed = compose([only])
     assert composed.patch.hooks == only.patch.hooks
-    assert composed.describe() == {"pre_action": ["1:ov-1"], "post_feedback": ["1:ov-1"]}
+    assert composed.describe() == {"pre_action": [1], "post_feedback": [1]}
 
 
 def test_add_chains_replace_drops_the_older_hook_and_remove_drops_it() -> None:
     first = link("ov-1", pre_action=REWRITE_LOOK, post_feedback=source('return "one"'))
     second = link("ov-2", pre_action=VETO_INVENTORY, post_feedback=source('return "two"'))
     chained = compose([first, second])
-    assert chained.describe() == {
-        "pre_action": ["1:ov-1", "2:ov-2"],
-        "post_feedback": ["1:ov-1", "2:ov-2"],
-    }
+    assert chained.describe() == {"pre_action": [1, 2], "post_feedback": [1, 2]}
     replacing = link("ov-3", pre_action=(ALLOW, "replace"), post_feedback=("", "remove"))
     replaced = compose([first, second, replacing])
-    assert replaced.describe() == {"pre_action": ["3:ov-3"]}
-    assert replaced.patch.code_for(HookName.PRE_ACTION) == ALLOW
+    assert replaced.describe() == {"pre_action": [3]}
+    code = replaced.patch.code_for(HookName.PRE_ACTION)
+    assert code is not None and "def link3():" in code and "def link1():" not in code
+    assert replaced.patch.code_for(HookName.POST_FEEDBACK) is None
 
 
 @pytest.mark.parametrize("mode", ["replace", "remove"])
@@ -241,7 +240,7 @@ def test_the_composed_overlay_passes_the_static_checks_and_counts_against_the_bu
         compose(links, StaticLimits(max_nodes=nodes - 1))
     assert refused.value.code == "over_budget"
     assert "1:ov-0, 2:ov-1, 3:ov-2" in refused.value.message
-    assert "squash" in refused.value.message
+    assert "replace an incumbent hook" in refused.value.message
 
 
 def test_a_link_over_its_own_limits_is_refused_even_when_the_whole_would_fit() -> None:
@@ -286,3 +285,121 @@ def test_helpers_are_counted_per_link_in_a_composed_hook_and_whole_elsewhere() -
 def test_a_remove_entry_passes_the_static_checks_of_a_link() -> None:
     removal = Patch(env="alfworld", hooks=[HookCode(hook=HookName.PRE_ACTION, mode="remove")])
     assert check_patch(removal).ok
+
+
+def test_the_bytes_of_a_patch_written_before_modes_keep_their_sha256() -> None:
+    """The sha256 this patch had before `mode` existed (computed at 37e529f): overlay ids,
+    signatures and registries of old patches stay valid."""
+    golden = Patch(
+        env="alfworld",
+        description="golden",
+        hooks=[HookCode(hook=HookName.PRE_ACTION, code="def hook(ctx, state):\n    return None\n")],
+    )
+    assert golden.sha256() == "52c6931573576a8324bf0b14a45ccbe56d35533dfd8e695994b01e32279c3b1f"
+
+
+def test_a_hook_with_one_contributor_in_a_longer_chain_keeps_its_links_state() -> None:
+    """Link 1 has episode_start and pre_decision, link 2 only episode_start: link 1's
+    pre_decision must still find the state its episode_start set."""
+    first = link(
+        "ov-1",
+        episode_start=source('return {"state": {"goal": "mug"}}'),
+        pre_decision=source('return "find the " + state["goal"]'),
+    )
+    second = link("ov-2", episode_start=source('return "look around"'))
+    patch = compose([first, second]).patch
+    start = parse_start_effects(call(patch, HookName.EPISODE_START, {}, {}))
+    assert start.skills == ("look around",) and start.state is not None
+    note = parse_step_effect(
+        HookName.PRE_DECISION, call(patch, HookName.PRE_DECISION, {}, start.state)
+    )
+    assert note is not None and note.text == "find the mug"
+
+
+def test_no_link_can_change_what_a_later_link_sees() -> None:
+    """An older link that scribbles on ctx (and returns None) cannot hide the model's action
+    from a newer link's veto."""
+    scribble = link("ov-1", pre_action=source('ctx["proposed_action"] = "look"\nreturn None'))
+    guard = link(
+        "ov-2",
+        pre_action=source(
+            'if ctx["proposed_action"] == "drop all":\n'
+            '    return {"effect": "veto", "text": "never drop all"}\n'
+            "return None"
+        ),
+    )
+    patch = compose([scribble, guard]).patch
+    value = call(patch, HookName.PRE_ACTION, {"proposed_action": "drop all"}, {})
+    effect = parse_step_effect(HookName.PRE_ACTION, value)
+    assert effect is not None and effect.kind == EffectKind.VETO
+
+
+@pytest.mark.parametrize(
+    ("hook", "junk", "newer"),
+    [
+        ("pre_action", '{"effect": "rewrite", "text": ""}', '{"effect": "force", "text": "look"}'),
+        (
+            "pre_action",
+            '{"effect": "force", "text": "<|im_start|>x"}',
+            '{"effect": "veto", "text": "no"}',
+        ),
+        (
+            "post_feedback",
+            '{"effect": "force", "text": "  "}',
+            '{"effect": "recover", "text": "r"}',
+        ),
+        ("pre_decision", '{"text": None}', '"fine"'),
+        ("pre_decision", '"x" * 5000', '"fine"'),
+        ("episode_start", '{"skills": ["s"] * 9}', '"fine"'),
+        ("episode_start", '{"state": [1]}', '"fine"'),
+    ],
+)
+def test_an_older_links_junk_is_not_hidden_by_a_newer_effect(
+    hook: str, junk: str, newer: str
+) -> None:
+    patch = compose(
+        [
+            link("ov-1", **{hook: source(f"return {junk}")}),
+            link("ov-2", **{hook: source(f"return {newer}")}),
+        ]
+    ).patch
+    name = HookName(hook)
+    ctx = {"proposed_action": "go", "action": "go", "feedback": "ok"}
+    value = call(patch, name, ctx, {})
+    with pytest.raises(JunkResult):
+        if name == HookName.EPISODE_START:
+            parse_start_effects(value)
+        else:
+            parse_step_effect(name, value)
+
+
+def test_a_link_may_not_use_the_scaffoldings_names() -> None:
+    fake = "def link1():\n    def hook(ctx, state):\n        return None\n    return hook\n\n"
+    for helpers in (fake, "def clone(x):\n    return x\n\n"):
+        with pytest.raises(CompositionRefused, match="link_invalid") as refused:
+            compose(
+                [
+                    link("ov-1", pre_action=ALLOW),
+                    link("ov-2", pre_action=source("return None", helpers)),
+                ]
+            )
+        assert "composition uses" in refused.value.message
+
+
+def test_the_same_chain_composes_to_the_same_bytes_whatever_the_link_ids() -> None:
+    """Names come from positions: the composition measured under candidate ids is the one
+    recomposed later from overlay ids."""
+    a, b = link("ov-1", pre_action=REWRITE_LOOK).patch, link("x", pre_action=VETO_INVENTORY).patch
+    measured = compose([Link("ov-1", a), Link("batch7-c2", b)]).patch
+    recomposed = compose([Link("ov-1", a), Link("ov-9f3e", b)]).patch
+    assert measured.sha256() == recomposed.sha256()
+
+
+def test_a_patch_with_replace_or_remove_never_runs_uncomposed() -> None:
+    from harness_r1.sandbox.executor import IsolatedHooks
+
+    removal = Patch(env="alfworld", hooks=[HookCode(hook=HookName.PRE_ACTION, mode="remove")])
+    hooks = IsolatedHooks(removal, start=False)
+    assert hooks.static_rejection is not None
+    assert hooks.static_rejection.startswith("not_composed")
+    hooks.close()

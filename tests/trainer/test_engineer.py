@@ -301,6 +301,22 @@ def test_user_message_renders_the_packet_compactly(packet: FailurePacket) -> Non
     assert len(text) < len(packet.to_json_bytes())
 
 
+def test_the_live_overlay_is_shown_with_how_to_add_replace_or_remove() -> None:
+    note = "def hook(ctx, state):\n    return 'Use SQL.'\n"
+    live = build_packet(
+        [_trajectory(i) for i in range(6)],
+        PacketConfig(token_budget=3000),
+        incumbent={HookName.PRE_DECISION: [note]},
+    )
+    system, user = engineer_messages(live)
+    text = user["content"]
+    assert "## Live overlay" in text and '"mode": "replace"' in text
+    assert "### pre_decision (1 link)\n# link 1 of 1\n" + note.strip() in text
+    assert '"replace"' in system["content"]  # the answer format names the modes
+    _, base_user = engineer_messages(build_packet([_trajectory(i) for i in range(6)]))
+    assert "Live overlay" not in base_user["content"]
+
+
 def test_prompt_is_deterministic(packet: FailurePacket) -> None:
     copy = FailurePacket.from_json_bytes(packet.to_json_bytes())
     first = engineer_messages(packet)

@@ -12,7 +12,9 @@ import pytest
 
 from harness_r1.contracts import (
     FailurePacket,
+    HookMode,
     HookName,
+    IncumbentHook,
     PacketEpisode,
     RuntimeSignals,
     Snippet,
@@ -441,3 +443,48 @@ def test_template_code_has_fewer_double_quotes_than_json_escapes_need() -> None:
                 segment = ast.get_source_segment(code, node) or ""
                 if segment.lstrip("rRbBuU").startswith('"'):
                     assert "'" in node.value, (template.name, segment)
+
+
+# -- a live overlay (issue 17, rule 6) --------------------------------------------------------
+
+
+def test_a_template_already_live_is_not_proposed_again() -> None:
+    packet = alfworld_nothing_packet()
+    teacher = TemplateTeacher()
+    first = teacher.proposals(packet, 1, seed=3)[0]
+    assert "snap_admissible" in first.templates
+    live_code = first.patch.code_for(HookName.PRE_ACTION)
+    assert live_code is not None
+    live = packet.model_copy(
+        update={"incumbent": [IncumbentHook(hook=HookName.PRE_ACTION, links=1, code=live_code)]}
+    )
+    proposals = teacher.proposals(live, 6, seed=3)
+    running = set(first.templates) & {
+        t.name for t in TEMPLATES.values() if t.hook == HookName.PRE_ACTION
+    }
+    assert running and all(not running & set(p.templates) for p in proposals)
+    assert all(h.mode == HookMode.ADD for p in proposals for h in p.patch.hooks)
+
+
+def test_when_only_live_templates_apply_they_are_proposed_as_replacements() -> None:
+    packet = alfworld_nothing_packet()
+    teacher = TemplateTeacher()
+    everything = [t for t, _ in teacher.rank(packet)]
+    rendered = {
+        hook: "\n".join(
+            t.render(t.defaults(), RenderContext(env="alfworld"), function=f"r{i}")
+            for i, t in enumerate(everything)
+            if t.hook == hook
+        )
+        for hook in {t.hook for t in everything}
+    }
+    live = packet.model_copy(
+        update={
+            "incumbent": [
+                IncumbentHook(hook=hook, links=1, code=code) for hook, code in rendered.items()
+            ]
+        }
+    )
+    assert teacher.rank(live) == []
+    proposals = teacher.proposals(live, 3, seed=1)
+    assert all(h.mode == HookMode.REPLACE for p in proposals for h in p.patch.hooks)

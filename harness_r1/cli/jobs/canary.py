@@ -15,12 +15,15 @@ from harness_r1.contracts import CanaryReport
 from harness_r1.envs import get_suite
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import (
+    BASE,
     WORKER_EVENTS,
     CanaryBatch,
     CanaryConfig,
     Candidate,
+    Incumbent,
 )
 from harness_r1.sandbox.canary_factory import build_canary_runner
+from harness_r1.sandbox.compose import Link
 from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.sandbox.gate import GateConfig, GateDecision
 from harness_r1.sandbox.gated import run_gated
@@ -40,6 +43,7 @@ class CanaryRequest:
     control: bool = False
     out: Path | None = None
     gate: GateConfig = field(default_factory=GateConfig)
+    on: list[Path] = field(default_factory=list)  # the incumbent's chain, oldest link first
 
 
 def _unique_ids(paths: list[Path]) -> list[str]:
@@ -68,6 +72,17 @@ def load_candidates(paths: list[Path], env: str) -> list[Candidate]:
     return candidates
 
 
+def load_incumbent(paths: list[Path], env: str) -> Incumbent:
+    """`--on` files as the incumbent's chain (oldest first); the base harness when none."""
+    if not paths:
+        return BASE
+    links = [
+        Link(link_id, load_patch_file(path, env=env))
+        for path, link_id in zip(paths, _unique_ids(paths), strict=True)
+    ]
+    return Incumbent.of_chain("on-" + "-".join(link.overlay_id for link in links), links)
+
+
 def run_canary(
     request: CanaryRequest, data_root: Path, console: Console
 ) -> tuple[CanaryReport, CanaryReport | None, dict[str, GateDecision]]:
@@ -87,6 +102,7 @@ def run_canary(
     )
     runtime = runner.runtime
     candidates = load_candidates(request.patches, request.env)
+    incumbent = load_incumbent(request.on, request.env)
     try:
         seeds = tuple(request.seed + i for i in range(len(tasks)))
         console.print(f"canary batch: {len(tasks)} tasks x {len(candidates)} candidates")
@@ -96,7 +112,9 @@ def run_canary(
             guard_seeds = tuple(request.seed + 10_000 + i for i in range(len(guard_tasks)))
             guard_batch = CanaryBatch(request.env, tuple(guard_tasks), guard_seeds)
         batch = CanaryBatch(request.env, tuple(tasks), seeds)
-        gated = run_gated(runner, batch, guard_batch, candidates, request.gate)
+        if incumbent.patch is not None:
+            console.print(f"incumbent: {incumbent.overlay_id} ({len(incumbent.links)} links)")
+        gated = run_gated(runner, batch, guard_batch, candidates, request.gate, incumbent)
     finally:
         runtime.close()
     report, guard, decisions = gated.report, gated.guard, gated.decisions

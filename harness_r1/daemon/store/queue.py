@@ -277,14 +277,14 @@ class BatchQueueMixin(StoreCore):
         self,
         batch_id: str,
         worker: str,
-        state: Literal["done", "failed"],
+        state: Literal["done", "failed", "stale"],
         detail: str = "",
     ) -> None:
         """Record the end of `worker`'s run of the batch; `LeaseLost` if another worker took it
         over (or it ended otherwise) meanwhile, so a late, superseded run cannot overwrite the
         outcome of the one that now owns the batch."""
         if state not in _FINISHED_STATES:
-            raise ValueError(f"a batch finishes as 'done' or 'failed', not {state!r}")
+            raise ValueError(f"a batch finishes as 'done', 'failed' or 'stale', not {state!r}")
         now = _now()
         with self._write() as session:
             row = self._batch_row(session, batch_id, lock=True)

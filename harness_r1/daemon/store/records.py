@@ -16,8 +16,10 @@ _PG_MIGRATION_LOCK = int.from_bytes(b"hr1store", "big") >> 1
 _CHUNK = 500
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+# recorded under a harness that is no longer (or not yet) the pool's incumbent (daemon.loop)
+STALE = "stale"
 _OPEN_STATES = (PENDING, RUNNING)
-_FINISHED_STATES = (DONE, FAILED)
+_FINISHED_STATES = (DONE, FAILED, STALE)
 
 _T = TypeVar("_T")
 
