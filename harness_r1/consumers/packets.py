@@ -255,14 +255,15 @@ def _assemble(
     )
 
 
-IncumbentSources = Mapping[HookName | str, Sequence[str]]
+#: Per hook, the live links' sources, oldest first (str keys work too: HookName is a str).
+IncumbentSources = Mapping[HookName, Sequence[str]]
 
 
 def incumbent_hooks(sources: IncumbentSources, config: PacketConfig) -> list[IncumbentHook]:
     """The incumbent's hooks within `incumbent_share` of the budget (rule 8)."""
     texts = {}
     for hook in HookName:
-        codes = sources.get(hook) or sources.get(str(hook))
+        codes = sources.get(hook)
         if codes:
             texts[hook] = (len(codes), _linked(codes))
     if not texts:
