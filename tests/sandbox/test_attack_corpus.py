@@ -514,12 +514,12 @@ CONTAINED: list[Contained] = [
     Contained(
         "string_doubling",
         hook("s = 'a'\nfor i in range(64):\n    s = s + s\nreturn len(s)"),
-        Run("memory", "MemoryError"),
+        Run("memory|timeout", "MemoryError"),
     ),
     Contained(
         "nested_comprehension",
         hook("return len([[0] * 100000 for i in range(100000) for j in range(100000)])"),
-        Run("memory", "MemoryError"),
+        Run("memory|timeout", "MemoryError"),
     ),
     Contained(
         "list_doubles_while_iterated",
@@ -872,13 +872,17 @@ def contain(code: str, run: Run, host: Host) -> None:
             assert result.fault is None, result
             assert run.detail in repr(result.value), result
         else:
-            assert result.fault == run.fault, result
-            assert run.detail in result.detail, result
+            # "memory|timeout": either limit contains the hook; which fires first depends on how
+            # fast the host hands out pages (the detail is checked for the first one named)
+            allowed = run.fault.split("|")
+            assert result.fault in allowed, result
+            if result.fault == allowed[0]:
+                assert run.detail in result.detail, result
             assert result.value is None and result.state == {"keep": 1}
-            assert hs.events[FAULT_COUNTERS[run.fault]] == 1, hs.events
-            if run.fault == "violation":
+            assert hs.events[FAULT_COUNTERS[str(result.fault)]] == 1, hs.events
+            if result.fault == "violation":
                 assert hs.events["violations.os_error"] == 1
-        restarted = run.fault in RESTARTING
+        restarted = result.fault in RESTARTING
         if restarted:
             assert hs.worker_pid is None and pid_gone(pid)
         else:
