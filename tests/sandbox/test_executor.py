@@ -837,7 +837,7 @@ def test_the_parent_sleeps_while_the_worker_computes() -> None:
     """Waiting for a slow hook costs the agent's process no CPU: it polls the worker's pipe,
     it does not spin on it (an agent runs next to its model on the same cores)."""
     slow = (
-    # ~0.3 s on this project's fastest host so far (4M iterations took 0.08 s there)
+        # ~0.3 s on this project's fastest host so far (4M iterations took 0.08 s there)
         "def hook(ctx, state):\n    n = 0\n    for i in range(15000000):\n        n += i\n"
         '    return {"effect": "hint", "text": str(n)}\n'
     )
