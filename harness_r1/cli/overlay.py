@@ -158,14 +158,16 @@ def overlay_diff(
     Example: `harness-r1 overlay diff ov-3f2a9c ov-77b1e0`"""
     from dataclasses import replace
 
-    from harness_r1.deploy.registry import diff_overlays
+    from harness_r1.deploy.registry import OverlayRecord, diff_overlays
 
     registry = _registry()
-    first, second = registry.get(a), registry.get(b)
-    if links:
-        first = replace(first, patch=registry.chain(a)[-1][1])
-        second = replace(second, patch=registry.chain(b)[-1][1])
-    typer.echo(diff_overlays(first, second) or "(identical hook sources)")
+
+    def shown(overlay_id: str) -> OverlayRecord:
+        record = registry.get(overlay_id)
+        own = registry.link(overlay_id) if links else None  # a root's link is its patch
+        return record if own is None else replace(record, patch=own.patch)
+
+    typer.echo(diff_overlays(shown(a), shown(b)) or "(identical hook sources)")
 
 
 def _publisher():  # type: ignore[no-untyped-def]

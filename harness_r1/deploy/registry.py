@@ -518,19 +518,21 @@ class OverlayRegistry(SqlDatabase):
 
     def chain(self, overlay_id: str) -> builtins.list[tuple[str, Patch]]:
         """(overlay id, link patch) from the root to `overlay_id`: what composes to its patch.
-        A root contributes its whole patch."""
+        A root contributes its whole patch. One read transaction for the whole walk."""
         chain: builtins.list[tuple[str, Patch]] = []
-        current: str | None = overlay_id
-        while current is not None:
-            link = self.link(current)
-            record = self.get(current)
-            if link is None:
-                chain.append((current, record.patch))
-                break
-            chain.append((current, link.patch))
-            current = record.parent_overlay_id
-            if len(chain) > MAX_CHAIN:
-                raise RegistryError(f"overlay {overlay_id}: chain longer than {MAX_CHAIN}")
+        with self._read() as session:
+            row = self._row(session, overlay_id)
+            while True:
+                link = session.get(_LinkRow, row.overlay_id)
+                if link is None:
+                    chain.append((row.overlay_id, _to_record(row).patch))
+                    break
+                chain.append((row.overlay_id, Patch.model_validate_json(link.link_json)))
+                if row.parent_overlay_id is None:
+                    break
+                if len(chain) > MAX_CHAIN:
+                    raise RegistryError(f"overlay {overlay_id}: chain longer than {MAX_CHAIN}")
+                row = self._row(session, row.parent_overlay_id)
         return chain[::-1]
 
     def active(self, target: str) -> OverlayRecord | None:

@@ -101,7 +101,8 @@ class Incumbent:
 
     @property
     def identity(self) -> list[str]:
-        return [self.overlay_id, self.patch.sha256() if self.patch is not None else "base"]
+        """What a baseline run on it is keyed by."""
+        return ["base"] if self.patch is None else [self.overlay_id, self.patch.sha256()]
 
     def with_link(self, candidate_id: str, patch: Patch) -> Patch:
         """The candidate's overlay: this chain plus the candidate as its newest link."""
@@ -264,7 +265,7 @@ class CanaryRunner:
         key = [
             batch.batch_id,
             self.target.model_dump(),
-            *(["base"] if incumbent.patch is None else incumbent.identity),
+            *incumbent.identity,
             config.max_steps,
             config.history_turns,
             config.lockstep,

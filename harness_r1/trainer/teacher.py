@@ -35,6 +35,7 @@ How the template teacher decides (deterministic for the packet's bytes, k and se
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
@@ -215,7 +216,7 @@ class TemplateTeacher:
         scored = [
             (t, t.score(features)) for t in templates_for(packet.env) if (t.name in running) == live
         ]
-        ranked = [(t, s) for t, s in scored if s > 0 or (live and t.name in running)]
+        ranked = [(t, s) for t, s in scored if s > 0 or live]
         return sorted(ranked, key=lambda item: (-item[1], item[0].name))
 
     def proposals(self, packet: FailurePacket, k: int, seed: int) -> list[Proposal]:
@@ -401,17 +402,21 @@ def live_templates(packet: FailurePacket) -> set[str]:
     """Templates running in the packet's live overlay: those whose docstring is in the live
     code of their hook (rule 6)."""
     live = {h.hook: h.code for h in packet.incumbent}
+    if not live:  # the base harness: nothing to look for
+        return set()
     found = set()
     for template in templates_for(packet.env):
         code = live.get(template.hook)
-        signature = _signature(template, packet.env)
+        signature = _signature(template.name, packet.env)
         if code is not None and signature is not None and signature in code:
             found.add(template.name)
     return found
 
 
-def _signature(template: Template, env: str) -> str | None:
+@functools.cache
+def _signature(name: str, env: str) -> str | None:
     """The template's docstring: fixed text in every rendering, whatever the parameters."""
+    template = TEMPLATES[name]
     source = template.render(template.defaults(), RenderContext(env=env))
     function = next((s for s in ast.parse(source).body if isinstance(s, ast.FunctionDef)), None)
     return None if function is None else ast.get_docstring(function, clean=False)
