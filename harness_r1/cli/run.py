@@ -23,21 +23,34 @@ def demo(
             "hand-written reference patch (paired canary)."
         ),
     ] = False,
-    env: Annotated[str, typer.Option(help="Env of the fleet (the loop demo).")] = "webshop",
-    split: Annotated[str, typer.Option()] = "fixed",
-    agents: Annotated[int, typer.Option(help="Deployed agents in the fleet.")] = 4,
-    episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 4,
-    k: Annotated[int, typer.Option("-k", help="Candidate patches per batch.")] = 3,
+    env: Annotated[str, typer.Option(help="Env of the fleet.")] = "webshop",
+    split: Annotated[str, typer.Option(help="Split the fleet's tasks come from.")] = "fixed",
+    agents: Annotated[int, typer.Option(help="Fleet size: deployed agents (>= 2).")] = 4,
+    episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Improvement rounds, each on the last.")] = 2,
+    k: Annotated[int, typer.Option("-k", help="Candidate patches per round.")] = 3,
+    guard_tasks: Annotated[int, typer.Option(help="Gate regression tasks per canary.")] = 4,
+    guard_phases: Annotated[
+        int, typer.Option(help="Fleet phases the live guard may watch per round.")
+    ] = 3,
+    budget: Annotated[
+        float, typer.Option(help="Time budget in seconds; later phases are skipped.")
+    ] = 900.0,
+    out: Annotated[
+        Path | None, typer.Option(help="Run folder (default runs/demo-<UTC time>).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="--reference: tasks per env.")] = 4,
     max_steps: Annotated[int | None, typer.Option(help="Default 6 (loop), 12 (reference).")] = None,
 ) -> None:
-    """The embedded default, no external services: the whole improvement loop on one machine.
+    """The embedded default, no external services: improvement rounds that build on each other.
 
     An embedded Kafka broker (tansu), a fleet of agents (SmolLM2-135M on real tasks) that
     publish trajectories and apply signed overlays, and the daemon: failures -> packet -> K
-    patches -> sandbox + canary -> gate -> staged release -> live guard. Ends with a summary.
+    patches composed onto the live overlay -> sandbox + canary against it -> gate -> staged
+    release -> live guard; round 2 builds on round 1; then an operator rollback through the
+    control topic. Ends with a summary, an HTML report and a plot in the run folder.
 
-    Example: `harness-r1 demo --env webshop --agents 4 --episodes 4`"""
+    Example: `harness-r1 demo --env webshop --agents 4 --episodes 3 --rounds 2`"""
     if not reference:
         from harness_r1.daemon.demo import DemoOptions, run_demo
 
@@ -47,10 +60,17 @@ def demo(
             split=split,
             agents=agents,
             episodes_per_agent=episodes,
+            rounds=rounds,
             max_steps=max_steps or 6,
             k=k,
+            guard_tasks=guard_tasks,
+            guard_phases=guard_phases,
+            budget_s=budget,
+            out=out,
         )
-        run_demo(options, settings.data_root(), settings.cache, Console(width=160))
+        outcome = run_demo(options, settings.data_root(), settings.cache, Console(width=160))
+        if not outcome.rounds:
+            raise typer.Exit(1)
         return
     from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
     from harness_r1.cli.jobs.target import TargetSpec

@@ -172,6 +172,21 @@ class ImprovementLoop:
             self.metrics.batch("sealed")
         return sealed
 
+    def seal_now(self, env: str, harness_version: str) -> list[str]:
+        """End the batch window of one harness's failures now (an operator's "judge what this
+        overlay's agents failed at", the demo's end of a phase): up to B of the oldest
+        buffered failures per target become a batch, whatever their age; other harnesses'
+        buffers are left to the window."""
+        sealed = []
+        for info in self.store.open_buffers():
+            if info.key.env != env or info.key.harness_version != harness_version:
+                continue
+            batch_id = self.store.seal_batch(info.key, self.config.batch_size)
+            if batch_id is not None:
+                sealed.append(batch_id)
+                self.metrics.batch("sealed")
+        return sealed
+
     def _ready(self, size: int, oldest_at: datetime, now: datetime) -> bool:
         age = (now - oldest_at).total_seconds()
         return size >= self.config.batch_size or (size > 0 and age >= self.config.batch_window_s)

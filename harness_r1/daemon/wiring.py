@@ -41,7 +41,7 @@ from harness_r1.deploy.guard import GuardConfig
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.deploy.signing import Keyring, Signer
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
+from harness_r1.sandbox.canary import BASE, CanaryBatch, CanaryProgress, Candidate, Incumbent
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
@@ -120,9 +120,15 @@ class _Serialized:
 class CanaryRunners:
     """One canary runner per env over the frozen target, built on first use (thread-safe)."""
 
-    def __init__(self, settings: Settings, data_root: Callable[[], Path]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        data_root: Callable[[], Path],
+        progress: CanaryProgress | None = None,
+    ) -> None:
         self.settings = settings
         self._data_root = data_root
+        self._progress = progress
         self._runners: dict[str, Evaluator] = {}
         self._lock = threading.Lock()
 
@@ -155,7 +161,9 @@ class CanaryRunners:
         config = RunConfig(
             agent_id="canary", max_steps=loop.max_steps, history_turns=loop.history_turns
         )
-        return build_canary_runner(get_suite(env), policy, self._data_root(), config)
+        return build_canary_runner(
+            get_suite(env), policy, self._data_root(), config, progress=self._progress
+        )
 
 
 def _lazy_data_root(settings: Settings) -> Callable[[], Path]:

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -124,6 +124,16 @@ class CanaryConfig:
 
 
 CONTROL_ID = "control"
+
+
+class CanaryProgress(Protocol):
+    """Watches a canary's episodes (a progress bar, a metric): `planned` when a run of
+    episodes is about to start (the total grows as runs are planned: the baseline, then the
+    candidates), `finished` as each one ends (retries of infrastructure errors included)."""
+
+    def planned(self, episodes: int) -> None: ...
+
+    def finished(self, trajectory: Trajectory) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -245,12 +255,14 @@ class CanaryRunner:
         validator: Validator,
         config: CanaryConfig | None = None,
         cache: BaselineCache | None = None,
+        progress: CanaryProgress | None = None,
     ) -> None:
         self.runtime = runtime
         self.hooks_factory = hooks_factory
         self.validator = validator
         self.config = config or CanaryConfig()
         self.cache = cache or BaselineCache()
+        self.progress = progress
 
     @property
     def target(self) -> TargetRef:
@@ -278,9 +290,14 @@ class CanaryRunner:
     def _run(self, specs: list[EpisodeSpec]) -> dict[str, Trajectory]:
         """Run specs; re-run episodes that ended in an infrastructure error."""
         pending, done = list(specs), {}
+        watcher = self.progress
         for attempt in range(self.config.infra_retries + 1):
+            if watcher is not None:
+                watcher.planned(len(pending))
             try:
-                trajectories = self.runtime.run(pending)
+                trajectories = self.runtime.run(
+                    pending, on_done=watcher.finished if watcher is not None else None
+                )
             except PolicyError as err:
                 log.warning("canary.policy_error", attempt=attempt, error=str(err))
                 continue

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness_r1.envs.base import EnvSuite
 from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies.base import Policy
-from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryRunner
+from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryProgress, CanaryRunner
 from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.static import StaticLimits
@@ -29,9 +29,10 @@ def build_canary_runner(
     canary: CanaryConfig | None = None,
     limits: StaticLimits | None = None,
     cache: BaselineCache | None = None,
+    progress: CanaryProgress | None = None,
 ) -> CanaryRunner:
     """A canary for `suite` on `policy`: candidates in isolated workers (`sandbox`), checked by
-    the intake under `limits`."""
+    the intake under `limits`; `progress` watches its episodes."""
     runtime = HarnessRuntime(suite, policy, data_root, run)
     return CanaryRunner(
         runtime,
@@ -39,4 +40,5 @@ def build_canary_runner(
         static_validator(limits),
         canary,
         cache,
+        progress,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness_r1.contracts import FailurePacket, Trajectory
+from harness_r1.contracts import FailurePacket, HookCode, HookName, Patch, Trajectory
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import HarnessRuntime, HookSet, NoHooks, RunConfig
@@ -85,3 +85,66 @@ def ingest_settings(tmp_path: Path, bootstrap: str, **kafka: object) -> Settings
         loop={"batch_size": 1_000_000, "batch_window_s": 1e9},
         metrics={"port": 0},
     )
+
+
+def _shopper_hook(name: str) -> str:
+    patch = reference_patches("webshop")["webshop_shopper"]
+    return next(h.code for h in patch.hooks if h.hook == name)
+
+
+#: Round 1 of the staged engineer: the reference shopper without its option clicks (it buys
+#: as soon as a product page is open).
+BUY_AT_ONCE = _shopper_hook("pre_action").replace("        if wanted:\n", "        if False:\n")
+#: Round 2: only the option clicks, on a product page, before the incumbent's buy.
+PICK_OPTIONS = """def option_score(option, text):
+    words = re.findall(r"[a-z0-9]+", option.lower())
+    if not words:
+        return 0.0
+    return sum(1 for w in words if w in text) / len(words)
+
+def hook(ctx, state):
+    actions = ctx["admissible_actions"] or []
+    if "click[buy now]" not in actions:
+        return None
+    text = ctx["task"]["instruction"].lower()
+    clicked = state.setdefault("clicked", [])
+    nav = ["click[back to search]", "click[< prev]", "click[next >]", "click[description]",
+           "click[features]", "click[reviews]", "click[buy now]"]
+    options = [a for a in actions if a not in nav and a not in clicked]
+    scored = sorted([(option_score(a[6:-1], text), a) for a in options])
+    wanted = [a for s, a in scored if s >= 0.6]
+    if wanted:
+        clicked.append(wanted[0])
+        return {"effect": "force", "text": wanted[0]}
+    return None
+"""
+
+
+def staged_patch(round_two: bool) -> Patch:
+    """Round 1's patch (search, open, buy) or round 2's (pick the options first): the second
+    helps only on top of the first (on the base harness the junk target never opens a
+    product page)."""
+    if round_two:
+        hooks = [HookCode(hook=HookName.PRE_ACTION, code=PICK_OPTIONS)]
+        return Patch(env=ENV, description="pick the options the instruction names", hooks=hooks)
+    hooks = [
+        HookCode(hook=HookName.EPISODE_START, code=_shopper_hook("episode_start")),
+        HookCode(hook=HookName.PRE_ACTION, code=BUY_AT_ONCE),
+    ]
+    return Patch(env=ENV, description="search, open the best match, buy", hooks=hooks)
+
+
+class StagedEngineer:
+    """TEST DOUBLE for the engineer model over two rounds: with no live overlay in the packet it
+    proposes round 1's patch, on top of one it proposes round 2's; then a patch that fails the
+    static checks and unparseable text, in the engineer's output format."""
+
+    name = "staged-double"
+
+    def samples(self, packet: FailurePacket, k: int, seed: int) -> list[EngineerSample]:
+        patch = staged_patch(round_two=bool(packet.incumbent))
+        good = f"<think>stage</think><patch>{patch.model_dump_json()}</patch>"
+        bad = json.loads(patch.model_dump_json())
+        bad["hooks"][0]["code"] = "import os\ndef hook(ctx, state):\n    return None\n"
+        texts = [good, f"<patch>{json.dumps(bad)}</patch>", "I would add a hook."]
+        return [EngineerSample(text=texts[i % len(texts)], tokens_exact=False) for i in range(k)]

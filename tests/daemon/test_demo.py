@@ -1,33 +1,80 @@
 """`harness-r1 demo`'s choreography end to end (embedded broker, a fleet of deployed agents
-with overlay clients, the daemon, a staged release, the live guard), with the two models
-replaced by the named test doubles of daemon_rig.py; `make demo` runs it on SmolLM2."""
+with overlay clients, the daemon, staged releases, the live guard, two rounds, an operator
+rollback through the CLI in its own process), with the two models replaced by the named test
+doubles of daemon_rig.py; `make demo` runs it on SmolLM2 and the template teacher."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from daemon_rig import JUNK, ReferenceEngineer, canary_for, data_root
+from daemon_rig import JUNK, MAX_STEPS, StagedEngineer, data_root, runtime
 from rich.console import Console
 
 from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
+from harness_r1.daemon.demo.summary import levels
+from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.harness.policies import ScriptedPolicy
+from harness_r1.sandbox.canary import CanaryRunner
+from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.intake import static_validator
 
 pytestmark = pytest.mark.integration
 
 
-def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
-    console = Console(record=True, width=160)
+def canary_with_progress(env: str, progress: Any) -> CanaryRunner:
+    def hooks(patch, cid: str):  # type: ignore[no-untyped-def]
+        return IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=cid)
+
+    return CanaryRunner(runtime("canary"), hooks, static_validator(), progress=progress)
+
+
+def test_two_rounds_build_on_each_other_and_the_operator_rolls_back(tmp_path: Path) -> None:
+    console = Console(record=True, width=200)
     options = DemoOptions(
-        agents=4, episodes_per_agent=3, max_steps=8, k=2, guard_tasks=8, guard_wait_s=10
+        agents=4,
+        episodes_per_agent=3,
+        rounds=2,
+        max_steps=MAX_STEPS,
+        k=2,
+        guard_tasks=4,
+        guard_phases=4,  # a cohort of one agent meets all 12 tasks in 4 phases
+        out=tmp_path / "run",
     )
     parts = DemoParts(
-        policy=ScriptedPolicy([JUNK]), canary_for=canary_for, proposer=ReferenceEngineer()
+        policy=ScriptedPolicy([JUNK]), canary_for=canary_with_progress, proposer=StagedEngineer()
     )
     result = run_demo(options, data_root(), tmp_path / "cache", console, parts)
     text = console.export_text()
-    assert len(result.before) == 12 and not any(t.outcome.success for t in result.before)
-    assert result.overlay_id is not None, text
-    assert result.overlay_state in ("canary", "active", "rolled_back")
-    assert {t.harness_version for t in result.after} >= {result.overlay_id}
-    assert "demo summary" in text and "promoted by the gate" in text
+    one, two = result.rounds
+    # round 1: base -> a promoted overlay the live guard took to every agent
+    assert one.incumbent == "base" and one.promoted is not None, text
+    assert one.guard is not None and one.guard.state == "active", text
+    assert one.guard.propagation_s is not None
+    # round 2: its failures ran on round 1's overlay, and its winner is composed on top
+    assert two.incumbent == one.promoted
+    assert {t.harness_version for t in two.fleet} == {one.promoted}
+    winner = next(r for r in two.candidates if r.overlay_id)
+    assert winner.delta_success is not None and winner.delta_success > 0, text
+    assert two.guard is not None and two.guard.state == "active", text
+    registry = OverlayRegistry(f"sqlite:///{tmp_path / 'run' / 'state.db'}")
+    chain = [overlay for overlay, _ in registry.chain(two.promoted or "")]
+    assert chain == [one.promoted, two.promoted]  # round 1's hooks kept, round 2's on top
+    # success per stage: base < after round 1 < after round 2 on the same tasks
+    stages = levels(result)
+    assert [s.harness for s in stages] == ["base", one.promoted, two.promoted]
+    assert stages[0].successes < stages[1].successes < stages[2].successes, text
+    # the operator's rollback to round 1's overlay, obeyed by every agent
+    rollback = result.rollback
+    assert rollback is not None and rollback.returncode == 0, text
+    assert rollback.to == one.promoted and rollback.propagation_s is not None
+    assert set(rollback.agents_on.values()) == {one.promoted}
+    assert registry.get(one.promoted or "").state.value == "active"
+    assert registry.get(two.promoted or "").state.value == "rolled_back"
+    # what the operator reads: the win rate from /metrics, the report and the plot
+    assert "webshop" in result.win_rate and result.win_rate["webshop"] > 0
+    assert result.report_html is not None and result.report_html.is_file()
+    assert result.plot_png is not None and result.plot_png.stat().st_size > 1000
+    assert "Wilson" in result.report_html.read_text()
+    assert "fleet success" in text and "operator rollback" in text

@@ -1,0 +1,126 @@
+"""The demo's deployed agents: one frozen target shared by all, each agent with its own signed
+overlay client (isolated hooks) and a sink that publishes its trajectories to the daemon.
+
+Every phase plays the same tasks with the same seeds (task j, seed j), so the fleet's success on
+one harness and on the next is a paired comparison; which agent plays which task rotates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness_r1.contracts import Patch, TaskSpec, Trajectory
+from harness_r1.daemon.demo.narration import PhaseBar
+from harness_r1.daemon.demo.options import FLEET, DemoOptions
+from harness_r1.deploy.client import MessageSource
+from harness_r1.harness.hooks import HookSet
+
+if TYPE_CHECKING:
+    from harness_r1.consumers.kafka import KafkaSettings
+    from harness_r1.daemon.settings import Settings
+    from harness_r1.deploy.agent import DeployedAgent
+
+
+class Fleet:
+    def __init__(self, agents: list[DeployedAgent], tasks: list[TaskSpec]) -> None:
+        self.agents = agents
+        self.tasks = tasks
+        self.phases = 0
+
+    @property
+    def ids(self) -> list[str]:
+        return [a.client.config.agent_id for a in self.agents]
+
+    def overlays(self) -> dict[str, str]:
+        """agent id -> the overlay it runs now."""
+        return {a.client.config.agent_id: a.client.active_overlay_id for a in self.agents}
+
+    def on(self, overlay_id: str) -> list[str]:
+        return [agent for agent, active in self.overlays().items() if active == overlay_id]
+
+    def play(self, bar: PhaseBar) -> list[Trajectory]:
+        """Every agent plays its share of the tasks under the overlay it runs now. Task j
+        always has seed j; the shares rotate from phase to phase, so a cohort of one agent
+        meets every task over as many phases as there are agents instead of the same few."""
+        out: list[Trajectory] = []
+        n = len(self.agents)
+        turn, self.phases = self.phases, self.phases + 1
+        for index, agent in enumerate(self.agents):
+            share = [(task, j) for j, task in enumerate(self.tasks) if j % n == (index + turn) % n]
+            out += agent.run(share)
+        return out
+
+    def wait_until(
+        self, check: Callable[[dict[str, str]], bool], timeout_s: float, tick_s: float = 0.05
+    ) -> float | None:
+        """Seconds until `check(agent -> overlay)` held, or None after `timeout_s`."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if check(self.overlays()):
+                return time.monotonic() - started
+            time.sleep(tick_s)
+        return None
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.client.close()
+            agent.runtime.close()
+
+
+def build_fleet(
+    options: DemoOptions,
+    settings: Settings,
+    kafka: KafkaSettings,
+    producer: Any,
+    work: Path,
+    policy: Any,
+    on_trajectory: Callable[[Trajectory], None],
+) -> Fleet:
+    """`options.agents` agents on `policy`; each finished trajectory is published to the
+    trajectory topic and handed to `on_trajectory` (the phase's progress bar)."""
+    from harness_r1.consumers.kafka import BroadcastReader, publish
+    from harness_r1.deploy.agent import DeployedAgent
+    from harness_r1.deploy.client import ClientConfig, OverlayClient
+    from harness_r1.deploy.signing import Keyring
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import HarnessRuntime, RunConfig
+    from harness_r1.harness.tasks import spread
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+
+    suite = get_suite(options.env)
+    tasks = spread(suite.load_tasks(settings.data_root(), options.split), options.phase_episodes)
+    keyring = Keyring.from_directory(work / "keys")
+    topics = [settings.release_topic, settings.control_topic]
+
+    def hooks(patch: Patch, overlay_id: str) -> HookSet:
+        return IsolatedHooks(patch, SandboxConfig(), overlay_id=overlay_id)
+
+    def source(positions: Mapping[str, int]) -> MessageSource:
+        return BroadcastReader(kafka, topics, positions)
+
+    def sink(t: Trajectory) -> None:
+        publish(producer, settings.trajectory_topic, t.to_json_bytes(), timeout_s=10)
+        on_trajectory(t)
+
+    agents = []
+    for i in range(options.agents):
+        name = f"agent-{i}"
+        client = OverlayClient(
+            ClientConfig(agent_id=name, target=FLEET, state_dir=work / "agents" / name),
+            keyring,
+            hooks,
+            source_factory=source,
+        )
+        client.start()
+        config = RunConfig(
+            agent_id=name,
+            max_steps=options.max_steps,
+            history_turns=3,
+            lockstep=options.episodes_per_agent,
+        )
+        runtime = HarnessRuntime(suite, policy, settings.data_root(), config)
+        agents.append(DeployedAgent(runtime, client, sink))
+    return Fleet(agents, tasks)
