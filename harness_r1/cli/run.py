@@ -3,8 +3,10 @@ Registered on the root command by `cli.app`."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,10 +28,10 @@ def demo(
     env: Annotated[str, typer.Option(help="Env of the fleet.")] = "webshop",
     split: Annotated[str, typer.Option(help="Split the fleet's tasks come from.")] = "fixed",
     agents: Annotated[int, typer.Option(help="Fleet size: deployed agents (>= 2).")] = 4,
-    episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 3,
+    episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 2,
     rounds: Annotated[int, typer.Option(help="Improvement rounds, each on the last.")] = 2,
     k: Annotated[int, typer.Option("-k", help="Candidate patches per round.")] = 3,
-    guard_tasks: Annotated[int, typer.Option(help="Gate regression tasks per canary.")] = 4,
+    guard_tasks: Annotated[int, typer.Option(help="Gate regression tasks per canary.")] = 2,
     guard_phases: Annotated[
         int, typer.Option(help="Fleet phases the live guard may watch per round.")
     ] = 3,
@@ -50,7 +52,7 @@ def demo(
     release -> live guard; round 2 builds on round 1; then an operator rollback through the
     control topic. Ends with a summary, an HTML report and a plot in the run folder.
 
-    Example: `harness-r1 demo --env webshop --agents 4 --episodes 3 --rounds 2`"""
+    Example: `harness-r1 demo --env webshop --agents 4 --episodes 2 --rounds 2`"""
     if not reference:
         from harness_r1.daemon.demo import DemoOptions, run_demo
 
@@ -68,7 +70,10 @@ def demo(
             budget_s=budget,
             out=out,
         )
-        outcome = run_demo(options, settings.data_root(), settings.cache, Console(width=160))
+        try:
+            outcome = run_demo(options, settings.data_root(), settings.cache, Console(width=160))
+        except (KeyboardInterrupt, SystemExit) as stop:
+            _exit_now(stop)
         if not outcome.rounds:
             raise typer.Exit(1)
         return
@@ -112,6 +117,17 @@ def demo(
     for env, tasks, before, after in summary:
         table.add_row(env, str(tasks), f"{before:.0%}", f"{after:.0%}")
     Console(width=200).print(table)
+
+
+def _exit_now(stop: BaseException) -> NoReturn:
+    """The demo has stopped everything it started (its cleanup ran on the way here); exit
+    without interpreter finalization, which would wait on (or abort inside) a daemon thread
+    still in a model call."""
+    code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
+    console.print(f"demo stopped (exit {code})")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run_daemon(

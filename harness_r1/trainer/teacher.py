@@ -90,6 +90,10 @@ PHRASES: dict[str, tuple[str, str]] = {
     "prose_answer": ("{n} answer written as prose", "{n} answers written as prose"),
     "invalid_click": ("{n} invalid click", "{n} invalid clicks"),
     "hook_faults": ("{n} hook fault", "{n} hook faults"),
+    "never_clicked": (
+        "{n} episode that never opened a product",
+        "{n} episodes that never opened a product",
+    ),
 }
 #: Signals named in the think text's first sentence, in this order of preference.
 SUMMARY_SIGNALS: tuple[str, ...] = (

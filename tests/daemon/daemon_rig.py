@@ -53,6 +53,21 @@ def canary_for(env: str) -> CanaryRunner:
     return CanaryRunner(runtime("canary"), hooks, static_validator())
 
 
+def canary_with_progress(env: str, progress: object) -> CanaryRunner:
+    """`canary_for` reporting its episodes to `progress` (the demo's `DemoParts.canary_for`)."""
+    from harness_r1.sandbox.intake import static_validator
+
+    def hooks(patch, cid: str) -> HookSet:  # type: ignore[no-untyped-def]
+        return IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=cid)
+
+    return CanaryRunner(
+        runtime("canary"),
+        hooks,
+        static_validator(),
+        progress=progress,  # type: ignore[arg-type]
+    )
+
+
 class ReferenceEngineer:
     """TEST DOUBLE for the engineer model: proposal 0 is the reference patch, then a patch
     that fails the static checks, then unparseable text; in the engineer's output format."""

@@ -6,28 +6,17 @@ doubles of daemon_rig.py; `make demo` runs it on SmolLM2 and the template teache
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from daemon_rig import JUNK, MAX_STEPS, StagedEngineer, data_root, runtime
+from daemon_rig import JUNK, MAX_STEPS, StagedEngineer, canary_with_progress, data_root
 from rich.console import Console
 
 from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
 from harness_r1.daemon.demo.summary import levels
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.sandbox.canary import CanaryRunner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
-from harness_r1.sandbox.intake import static_validator
 
 pytestmark = pytest.mark.integration
-
-
-def canary_with_progress(env: str, progress: Any) -> CanaryRunner:
-    def hooks(patch, cid: str):  # type: ignore[no-untyped-def]
-        return IsolatedHooks(patch, SandboxConfig(call_budget_s=2.0), overlay_id=cid)
-
-    return CanaryRunner(runtime("canary"), hooks, static_validator(), progress=progress)
 
 
 def test_two_rounds_build_on_each_other_and_the_operator_rolls_back(tmp_path: Path) -> None:

@@ -22,10 +22,10 @@ class DemoOptions:
 
     The defaults are sized for 2 CPU cores and the embedded SmolLM2-135M: WebShop, where the
     template teacher's shopping hooks can give the 135M model wins it cannot get alone, 4 agents x
-    3 episodes a phase (12 tasks, the same tasks and seeds in every phase, so the success per
+    2 episodes a phase (8 tasks, the same tasks and seeds in every phase, so the success per
     round is paired), 6 steps an episode, K=3 candidates. The live guard promotes at
     P(better) >= 0.9 here (the daemon's default is 0.99): with a cohort of one to three agents
-    playing three episodes each per phase, 0.99 takes many phases even for a +25% gain (2/6 vs
+    playing two episodes each per phase, 0.99 takes many phases even for a +25% gain (2/6 vs
     0/6 gives 0.90, 4/18 vs 0/18 gives 0.98), and the demo's overlay has already passed the
     canary's gate. The setting is printed with the result.
     """
@@ -33,11 +33,11 @@ class DemoOptions:
     env: str = "webshop"
     split: str = "fixed"
     agents: int = 4
-    episodes_per_agent: int = 3
+    episodes_per_agent: int = 2
     rounds: int = 2
     max_steps: int = 6
     k: int = 3
-    guard_tasks: int = 4  # the gate's regression tasks per canary (other tasks of the split)
+    guard_tasks: int = 2  # the gate's regression tasks per canary (other tasks of the split)
     guard_phases: int = 3  # fleet phases the live guard may watch per round before moving on
     promote_probability: float = 0.9
     budget_s: float = 900.0  # a phase that would start after this is skipped (summary still made)

@@ -42,6 +42,7 @@ FEATURES: tuple[str, ...] = (
     "prose_answer",
     "invalid_click",
     "hook_faults",
+    "never_clicked",  # WebShop: episodes in which no click was valid
 )
 
 MODIFICATION_TYPES = ("INSERT", "UPDATE", "DELETE")
@@ -165,6 +166,10 @@ def safe_type(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9 _\-]", "", name)[:60]
 
 
+def _valid_click(snippet: Any) -> bool:
+    return bool(snippet.action.lower().startswith("click[") and "invalid" not in snippet.flags)
+
+
 def packet_features(packet: FailurePacket) -> Features:
     """The signal rates templates are scored on (deterministic in the packet)."""
     signals = packet.signals
@@ -180,6 +185,11 @@ def packet_features(packet: FailurePacket) -> Features:
         and _ANSWER_WORDS.search(s.action)
     )
     invalid_clicks = sum(1 for s in invalid_snippets if s.action.lower().startswith("click["))
+    never_clicked = (
+        sum(1 for e in episodes if not any(_valid_click(s) for s in e.snippets))
+        if packet.env == "webshop"
+        else 0
+    )
     modifications = sum(1 for e in episodes if e.task_type in MODIFICATION_TYPES)
     wrong_end = sum(1 for e in episodes if str(e.termination) == "failure")
     counts = {
@@ -198,6 +208,7 @@ def packet_features(packet: FailurePacket) -> Features:
         "prose_answer": prose,
         "invalid_click": invalid_clicks,
         "hook_faults": signals.hook_faults,
+        "never_clicked": never_clicked,
         "always": len(episodes),
     }
     values = {
@@ -215,6 +226,7 @@ def packet_features(packet: FailurePacket) -> Features:
         "prose_answer": _clip(2.0 * prose / max(1, len(snippets))),
         "invalid_click": _clip(2.0 * invalid_clicks / max(1, len(snippets))),
         "hook_faults": _clip(signals.hook_faults / n),
+        "never_clicked": _clip(never_clicked / n),
     }
     types = tuple(sorted({safe_type(e.task_type) for e in episodes if safe_type(e.task_type)}))
     kinds: set[str] = set()

@@ -236,6 +236,9 @@ def _click_steer(f: Features) -> dict[str, Any]:
     return {"min_similarity": 0.0 if f["invalid_click"] >= 0.5 else 0.1}
 
 
+# "never_clicked" (episodes in which no click was valid): such an agent scores nothing until it
+# can search, open a result and buy, so the three pre_action templates of that path rise
+# together (a search alone, the old top proposal for a 135M target, never completes a purchase).
 TEMPLATES: tuple[Template, ...] = (
     Template(
         name="ws_skills",
@@ -260,7 +263,7 @@ TEMPLATES: tuple[Template, ...] = (
             ChoiceParam("drop_fillers", (True, False), True, 'drop "i need" and the like'),
         ),
         build=_force_search,
-        weights={"step_limit": 1.0, "invalid": 0.6, "always": 0.2},
+        weights={"step_limit": 1.0, "invalid": 0.6, "always": 0.2, "never_clicked": 1.0},
         purpose="search with the instruction's words whenever the search page is shown",
         order=10,
     ),
@@ -274,7 +277,7 @@ TEMPLATES: tuple[Template, ...] = (
             ChoiceParam("search", (True, False), True, "search first on the search page"),
         ),
         build=_click_best,
-        weights={"invalid_click": 2.0, "step_limit": 0.8, "invalid": 0.5},
+        weights={"invalid_click": 2.0, "step_limit": 0.8, "invalid": 0.5, "never_clicked": 1.5},
         purpose="open the result whose title best matches the instruction under the price bound",
         order=12,
         steer=_click_steer,
@@ -289,7 +292,7 @@ TEMPLATES: tuple[Template, ...] = (
             ChoiceParam("buy", (True, False), True, "click buy now once the options are set"),
         ),
         build=_pick_options,
-        weights={"invalid_click": 1.8, "wrong_end": 1.0, "step_limit": 0.5},
+        weights={"invalid_click": 1.8, "wrong_end": 1.0, "step_limit": 0.5, "never_clicked": 1.5},
         purpose="click the options the instruction names and then buy",
         order=14,
         partners=("ws_click_best",),

@@ -1,0 +1,102 @@
+"""Ctrl-C or SIGTERM stops the demo and everything it started (the broker, the daemon's
+threads, the hook workers) within 5 s, even while the canary runs. The demo runs in its own
+process with the named stand-ins of daemon_rig.py, slowed down so that it is mid-canary."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+RIG = Path(__file__).parent
+
+SCRIPT = """
+import sys, time
+from pathlib import Path
+from rich.console import Console
+
+from daemon_rig import JUNK, StagedEngineer, canary_with_progress, data_root
+from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
+from harness_r1.harness.policies import ScriptedPolicy
+
+def slow(messages):
+    time.sleep(0.2)
+    return JUNK
+
+policy = ScriptedPolicy(slow)
+def canary(env, progress):
+    runner = canary_with_progress(env, progress)
+    runner.runtime.policy = ScriptedPolicy(slow)
+    return runner
+
+out = Path(sys.argv[1])
+options = DemoOptions(agents=2, episodes_per_agent=2, k=2, guard_tasks=2, out=out)
+parts = DemoParts(policy=policy, canary_for=canary, proposer=StagedEngineer())
+run_demo(options, data_root(), out / "cache", Console(width=160), parts)
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            children = (task / "children").read_text().split() if task.exists() else []
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_demo_and_its_children_within_5_s(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    script = tmp_path / "demo.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(RIG)}
+    demo = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert demo.stdout is not None
+    lines = []
+    for line in demo.stdout:  # the fleet's first phase ends, then the canary starts
+        lines.append(line)
+        if "succeeded" in line:
+            break
+    time.sleep(2.0)
+    children = _descendants(demo.pid)
+    assert children, "the broker and the hook workers run as child processes"
+    sent = time.monotonic()
+    demo.send_signal(signum)
+    try:
+        demo.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        demo.kill()
+        raise
+    took = time.monotonic() - sent
+    assert took < 5.0, f"stopped after {took:.1f} s:\n{''.join(lines)}{demo.stdout.read()}"
+    deadline = time.monotonic() + 2.0
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [c for c in children if _alive(c)], "a child outlived the demo"
