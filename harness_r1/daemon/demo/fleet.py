@@ -1,5 +1,7 @@
-"""The demo's deployed agents: one frozen target shared by all, each agent with its own signed
-overlay client (isolated hooks) and a sink that publishes its trajectories to the daemon.
+"""The demo's deployed agents: one frozen target shared by all (as one inference server would
+serve them: concurrent calls batched, `harness/policies/shared.py`), each agent in its own
+thread with its own signed overlay client (isolated hooks) and a sink that publishes its
+trajectories to the daemon.
 
 Every phase plays the same tasks with the same seeds (task j, seed j), so the fleet's success on
 one harness and on the next is a paired comparison; which agent plays which task rotates.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,7 @@ from harness_r1.daemon.demo.narration import PhaseBar
 from harness_r1.daemon.demo.options import FLEET, DemoOptions
 from harness_r1.deploy.client import MessageSource
 from harness_r1.harness.hooks import HookSet
+from harness_r1.harness.policies.shared import SharedPolicy
 
 if TYPE_CHECKING:
     from harness_r1.consumers.kafka import KafkaSettings
@@ -25,9 +29,12 @@ if TYPE_CHECKING:
 
 
 class Fleet:
-    def __init__(self, agents: list[DeployedAgent], tasks: list[TaskSpec]) -> None:
+    def __init__(
+        self, agents: list[DeployedAgent], tasks: list[TaskSpec], target: SharedPolicy
+    ) -> None:
         self.agents = agents
         self.tasks = tasks
+        self.target = target
         self.phases = 0
 
     @property
@@ -42,16 +49,27 @@ class Fleet:
         return [agent for agent, active in self.overlays().items() if active == overlay_id]
 
     def play(self, bar: PhaseBar) -> list[Trajectory]:
-        """Every agent plays its share of the tasks under the overlay it runs now. Task j
-        always has seed j; the shares rotate from phase to phase, so a cohort of one agent
-        meets every task over as many phases as there are agents instead of the same few."""
-        out: list[Trajectory] = []
+        """Every agent plays its share of the tasks under the overlay it runs now, all agents
+        at once (each in its own thread, their model calls batched by the shared target).
+        Task j always has seed j; the shares rotate from phase to phase, so a cohort of one
+        agent meets every task over as many phases as there are agents."""
         n = len(self.agents)
         turn, self.phases = self.phases, self.phases + 1
-        for index, agent in enumerate(self.agents):
-            share = [(task, j) for j, task in enumerate(self.tasks) if j % n == (index + turn) % n]
-            out += agent.run(share)
-        return out
+        shares = [
+            [(task, j) for j, task in enumerate(self.tasks) if j % n == (index + turn) % n]
+            for index in range(n)
+        ]
+        self.target.callers(n)
+
+        def run(index: int) -> list[Trajectory]:
+            try:
+                return self.agents[index].run(shares[index])
+            finally:
+                self.target.leave()
+
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent") as pool:
+            futures = [pool.submit(run, i) for i in range(n)]
+            return [t for future in futures for t in future.result()]
 
     def wait_until(
         self, check: Callable[[dict[str, str]], bool], timeout_s: float, tick_s: float = 0.05
@@ -91,6 +109,7 @@ def build_fleet(
     from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
 
     suite = get_suite(options.env)
+    target = SharedPolicy(policy)
     tasks = spread(suite.load_tasks(settings.data_root(), options.split), options.phase_episodes)
     keyring = Keyring.from_directory(work / "keys")
     topics = [settings.release_topic, settings.control_topic]
@@ -121,6 +140,6 @@ def build_fleet(
             history_turns=3,
             lockstep=options.episodes_per_agent,
         )
-        runtime = HarnessRuntime(suite, policy, settings.data_root(), config)
+        runtime = HarnessRuntime(suite, target, settings.data_root(), config)
         agents.append(DeployedAgent(runtime, client, sink))
-    return Fleet(agents, tasks)
+    return Fleet(agents, tasks, target)

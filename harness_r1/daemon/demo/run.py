@@ -197,7 +197,7 @@ def _target(options: DemoOptions, settings: Settings) -> Any:
 
     return build_policy(
         PolicySpec(
-            max_batch=options.episodes_per_agent,
+            max_batch=options.phase_episodes,  # every agent's rows in one batched call
             sampling=SamplingConfig(max_new_tokens=64),
             cache_dir=settings.cache,
             dtype=settings.loop.target_dtype,
