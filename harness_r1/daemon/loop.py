@@ -295,7 +295,10 @@ class ImprovementLoop:
         proposals: Sequence[Proposal],
         incumbent: Incumbent,
     ) -> GatedReport:
-        refs = [t.task for t in trajectories]
+        # one pair per (task, seed): the same task failed twice with the same seed (a fleet
+        # replaying its tasks) is one piece of evidence, not two
+        unique = {(t.task.task_id, t.task.seed): t.task for t in trajectories}
+        refs = list(unique.values())
         tasks = tuple(self.tasks.get(r.env, r.split, r.task_id) for r in refs)
         canary_batch = CanaryBatch(packet.env, tasks, tuple(r.seed for r in refs))
         chosen = {t.task_id for t in tasks}

@@ -14,6 +14,10 @@ from harness_r1.daemon.store import CandidateRow
 #: The demo fleet's pool (release target).
 FLEET = "demo-fleet"
 BASE = "base"
+#: The gate's fewest batch tasks and the live guard's fewest episodes per arm in the demo (the
+#: daemon's defaults are 8 and 20): demo-sized, printed with the result.
+DEMO_MIN_BATCH = 2
+DEMO_MIN_GUARD_EPISODES = 4
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,15 @@ class DemoOptions:
     @property
     def phase_episodes(self) -> int:
         return self.agents * self.episodes_per_agent
+
+    def describe(self) -> str:
+        """The run's size and its demo-specific decision settings, for the summary."""
+        return (
+            f"{self.agents} agents x {self.episodes_per_agent} episodes a phase on {self.env}, "
+            f"{self.max_steps} steps, K={self.k}; gate: batch >= {DEMO_MIN_BATCH} tasks, "
+            f"{self.guard_tasks} regression tasks; live guard: >= {DEMO_MIN_GUARD_EPISODES} "
+            f"episodes per arm, promotes at P(better) >= {self.promote_probability}"
+        )
 
 
 @dataclass(frozen=True)

@@ -94,11 +94,7 @@ def render_html(result: DemoResult, options: DemoOptions, plot_name: str) -> str
     facts += [[f"time: {k}", f"{v:.0f} s"] for k, v in result.seconds.items()]
     if result.note:
         facts.append(["note", result.note])
-    settings = (
-        f"{options.agents} agents x {options.episodes_per_agent} episodes a phase, "
-        f"{options.max_steps} steps, K={options.k}, {options.guard_tasks} gate guard tasks, "
-        f"live guard promotes at P(better) >= {options.promote_probability}"
-    )
+    settings = options.describe()
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>harness-r1 demo: {html.escape(options.env)}</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}

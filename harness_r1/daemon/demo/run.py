@@ -20,6 +20,8 @@ from harness_r1.daemon.demo.fleet import Fleet, build_fleet
 from harness_r1.daemon.demo.narration import CanaryRelay, Narrator, stderr_to
 from harness_r1.daemon.demo.options import (
     BASE,
+    DEMO_MIN_BATCH,
+    DEMO_MIN_GUARD_EPISODES,
     FLEET,
     DemoOptions,
     DemoParts,
@@ -231,7 +233,9 @@ def demo_settings(
             batch_window_s=86_400,  # sealed when the fleet's phase ends (rounds.py)
             k=options.k,
             guard_limit=options.guard_tasks,
-            gate_min_batch=min(8, n),
+            # a round on a good incumbent has few failures (2 of 8 once round 1 won 6): the
+            # gate may promote on a batch of 2 here (the daemon's default is 8)
+            gate_min_batch=min(DEMO_MIN_BATCH, n),
             gate_min_guard=min(options.guard_tasks, 4),
             max_steps=options.max_steps,
             history_turns=3,
@@ -241,8 +245,12 @@ def demo_settings(
             engineer_backend="template",
         ),
         guard=GuardOptions(
-            min_episodes=options.episodes_per_agent,
-            max_episodes=options.guard_phases * n,
+            min_episodes=max(DEMO_MIN_GUARD_EPISODES, options.episodes_per_agent),
+            # what a cohort of one agent plays in `guard_phases` phases (a larger cohort gets
+            # there sooner): undecided by then is rolled back, as inconclusive
+            max_episodes=max(
+                DEMO_MIN_GUARD_EPISODES, options.guard_phases * options.episodes_per_agent
+            ),
             promote_probability=options.promote_probability,
         ),
         scheduler=SchedulerOptions(flush_interval_s=86_400, guard_interval_s=1),

@@ -114,8 +114,7 @@ def print_summary(console: Console, result: DemoResult, options: DemoOptions) ->
         facts.add_row(
             f"round {r.number} live guard",
             f"{guard.overlay_id} on {len(guard.cohort)} agent(s): {guard.state} "
-            f"({guard.decision or 'undecided'}; promote at P(better) >= "
-            f"{options.promote_probability})",
+            f"({guard.decision or 'undecided'})",
         )
         if guard.propagation_s is not None:
             facts.add_row(
@@ -123,6 +122,7 @@ def print_summary(console: Console, result: DemoResult, options: DemoOptions) ->
             )
         if r.stale_batches:
             facts.add_row(f"round {r.number} stale batches", str(r.stale_batches))
+    facts.add_row("settings", options.describe())
     for env, rate in sorted(result.win_rate.items()):
         facts.add_row(f"patch win rate ({env}, from /metrics)", f"{rate:.2f}")
     if result.rollback is not None:
