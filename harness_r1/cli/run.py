@@ -39,7 +39,7 @@ def demo(
         float, typer.Option(help="Time budget in seconds; later phases are skipped.")
     ] = 900.0,
     out: Annotated[
-        Path | None, typer.Option(help="Run folder (default runs/demo-<UTC time>).")
+        Path | None, typer.Option(help="Run folder (default runs/demo-YYYYMMDD-HHMMSS, UTC).")
     ] = None,
     limit: Annotated[int, typer.Option(help="--reference: tasks per env.")] = 4,
     max_steps: Annotated[int | None, typer.Option(help="Default 6 (loop), 12 (reference).")] = None,

@@ -186,7 +186,8 @@ class DaemonMetrics:
         )
         self.canary_delta = Histogram(
             "harness_r1_canary_delta",
-            "Candidate minus base success rate on a batch's tasks, by env",
+            "Candidate minus incumbent (live overlay or base) success rate on a batch's tasks, "
+            "by env",
             ["env"],
             buckets=CANARY_DELTA_BUCKETS,
             registry=registry,

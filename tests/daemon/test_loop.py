@@ -4,6 +4,7 @@ test doubles only for the two models (see daemon_rig.py)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -297,3 +298,28 @@ def test_failures_of_a_harness_that_is_not_the_incumbent_are_stale(tmp_path: Pat
     assert len(store.batch_ids(state="stale")) == 1 and store.pending_batches() == 0
     assert store.count_canary_results() == 0 and store.count_groups() == 0
     assert sent == []
+
+
+def test_seal_now_ends_one_harness_window_and_leaves_the_others(tmp_path: Path) -> None:
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer(), k=1, batch_size=3)
+    ingest(store, failed_trajectories(5))  # base: 5 failures, window far from over
+    round_one = live(registry, NOTE)
+    ingest(store, trajectories_under(round_one, NOTE, 2))
+    sealed = loop.seal_now(ENV, round_one)
+    assert len(sealed) == 1  # only round one's failures, whatever their age or count
+    assert loop.seal_now(ENV, round_one) == []  # nothing of it left
+    assert [b.key.harness_version for b in store.open_buffers()] == ["base"]
+    assert [b.size for b in store.open_buffers()] == [5]
+
+
+def test_a_task_failed_twice_with_the_same_seed_is_canaried_once(tmp_path: Path) -> None:
+    loop, store, registry, sent = build(tmp_path, ReferenceEngineer(), k=1, batch_size=8)
+    once = failed_trajectories(4)
+    again = [t.model_copy(update={"trajectory_id": t.trajectory_id + "-again"}) for t in once]
+    ingest(store, [*once, *again])
+    assert loop.flush() == 1
+    outcome = loop.work_once("w1")
+    assert outcome is not None
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        [(report,)] = db.execute("SELECT report_json FROM daemon_canary_reports").fetchall()
+    assert json.loads(report)["batch"]["tasks"] == 4  # 8 failures, 4 distinct (task, seed)

@@ -25,15 +25,15 @@ def plot_success(stages: list[Level], path: Path, env: str) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    names = [f"{s.label}\n{s.harness}" for s in stages]
+    names = [f"{s.label}\n{s.harness}\n{s.successes}/{s.episodes}" for s in stages]
     rates = [s.rate for s in stages]
     # clipped at 0: the interval's ends are floats and may sit a rounding error inside the rate
     lows = [max(0.0, s.rate - s.interval[0]) for s in stages]
     highs = [max(0.0, s.interval[1] - s.rate) for s in stages]
     axes.bar(range(len(stages)), rates, color="#4c72b0", alpha=0.8)
-    axes.errorbar(range(len(stages)), rates, yerr=[lows, highs], fmt="none", ecolor="black")
-    for x, stage in enumerate(stages):
-        axes.text(x, stage.rate + 0.02, f"{stage.successes}/{stage.episodes}", ha="center")
+    axes.errorbar(
+        range(len(stages)), rates, yerr=[lows, highs], fmt="none", ecolor="black", capsize=6
+    )
     axes.set_xticks(range(len(stages)), names, fontsize=8)
     axes.set_ylim(0, 1)
     axes.set_ylabel("fleet success (Wilson 95% interval)")
