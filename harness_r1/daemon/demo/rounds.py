@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 #: Batch states that end a batch's run through the daemon.
 FINISHED = ("done", "failed", "stale")
 #: After a guard phase: how long the live guard (a 1 s scheduler job) gets to read the phase.
-GUARD_TICK_WAIT_S = 5.0
+GUARD_TICK_WAIT_S = 2.5
 
 
 class Choreography:
