@@ -89,6 +89,7 @@ class SandboxConfig:
     start_budget_s: float = 10.0  # interpreter start + isolation + hello
     load_budget_s: float = 2.0  # compiling the hooks
     memory_mb: int = 512  # RLIMIT_AS
+    worker_rss_mb: int = 128  # peak RSS past which a warm worker is recycled (a fresh one: ~20)
     cpu_seconds: int = 2  # CPU per call (soft RLIMIT_CPU, re-armed each call): backstop
     worker_cpu_seconds: int = 300  # CPU over a worker's life (hard RLIMIT_CPU); recycled before
     nofile: int = 16
@@ -302,6 +303,10 @@ class IsolatedHooks:
         response = self._request(worker, request, self.config.call_budget_s)
         if "fault" in response:
             kind = str(response["fault"])
+            if kind == HookFaultKind.MEMORY or self._grown(response):
+                # a MemoryError leaves a heap nobody should trust with the next call
+                self.events["recycles"] += 1
+                self._discard_worker()
             if kind == HookFaultKind.VIOLATION:
                 key = f"violations.{response.get('kind', 'unknown')}"
                 self.events[key] = self.events.get(key, 0) + 1
@@ -314,10 +319,16 @@ class IsolatedHooks:
             raise _Fault(HookFaultKind.JUNK, "malformed response from the worker")
         cpu = response.get("cpu")
         recycle_at = self.config.worker_cpu_seconds - 2 * self.config.cpu_seconds - 1
-        if isinstance(cpu, int | float) and cpu > recycle_at:
+        if (isinstance(cpu, int | float) and cpu > recycle_at) or self._grown(response):
             self.events["recycles"] += 1
             self._discard_worker()  # planned: the next call starts a fresh worker
         return response["value"], new_state
+
+    def _grown(self, response: dict[str, Any]) -> bool:
+        """The worker's RSS is past `worker_rss_mb` after the call: what a hook keeps alive
+        between calls (or leaks) must not accumulate in a warm worker."""
+        rss = response.get("rss_mb")
+        return isinstance(rss, int | float) and rss > self.config.worker_rss_mb
 
     def _count_fault(self, kind: str, fault: _Fault) -> None:
         counter = FAULT_COUNTERS.get(kind, kind)

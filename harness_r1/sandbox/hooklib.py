@@ -9,7 +9,8 @@ Names in a hook's scope, all of them:
   real module (the real `re` module carries `re.enum`, `re.functools`, `re.copyreg`, and
   `re.enum.sys` reaches `sys.modules` without a single underscore);
 - `math`: a read-only namespace with `MATH_EXPORTS` (the public math functions and constants,
-  minus `factorial`, `comb` and `perm`, uninterruptible C loops that no hook needs);
+  minus `factorial`, `comb`, `perm`, `prod` and `lcm`, uninterruptible C loops over
+  big integers that no hook needs);
 - `similarity(a, b) -> float` and `closest(text, options, cutoff=0.0) -> str | None`: two plain
   functions (not a namespace object), defined below.
 
@@ -105,7 +106,7 @@ RE_EXPORTS: tuple[str, ...] = (
     "X",
 )
 
-_MATH_LEFT_OUT = frozenset({"factorial", "comb", "perm"})
+_MATH_LEFT_OUT = frozenset({"factorial", "comb", "perm", "prod", "lcm"})
 
 #: What `math.X` may name in a hook.
 MATH_EXPORTS: tuple[str, ...] = tuple(

@@ -37,12 +37,15 @@ The rules, by code:
   helper functions of a warm worker), `unknown_module_attribute` (`re.X` / `math.X` outside
   RE_EXPORTS / MATH_EXPORTS: the real `re` module exposes `re.enum.sys`). Match-class keyword
   patterns (`case str(__class__=c)`) read attributes too and are checked the same way;
-- `literal_bomb`: a cheap, best-effort catch of literal exponent bombs (`10**10`, `9**9**9`:
-  a folded `a ** b` of int literals above `max_power_result`), literal repetition
+- `literal_bomb`: a cheap, best-effort catch of literal exponent bombs (`10**9`, `9**9**9`:
+  a folded `a ** b` of int literals at or above `max_power_result`), literal repetition
   (`'a' * 10**6`, `[0] * 1000000`, `'a' * 1000 * 1000`) and literal ranges (`range(10**9)`) beyond
   `max_literal_count`. Memory and CPU bombs built from values (`'a' * n`, `range(n)`,
   catastrophic regexes, deep recursion) cannot be stopped statically in general: they are
   contained at run time by the worker's rlimits and wall budget;
+- `computed_exponent`: `x ** n` with an exponent that is not a number written out: one big-int
+  power in C, which no wall budget interrupts (`math.factorial`, `comb`, `perm`, `prod` and
+  `lcm` are left out of `math` for the same reason, `hooklib.py`);
 - `uncheckable`: the checker itself failed on this hook (fail closed).
 
 Decisions on borderline syntax: generator expressions are allowed (`any(a in s for a in xs)` is
@@ -129,6 +132,12 @@ class Code(StrEnum):
     UNKNOWN_MODULE_ATTRIBUTE = "unknown_module_attribute"
     LITERAL_BOMB = "literal_bomb"
     UNCHECKABLE = "uncheckable"
+    COMPUTED_EXPONENT = "computed_exponent"
+
+
+def _short(node: ast.AST, limit: int = 40) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _NO_IO = "hooks have no I/O; return an effect (or store data in `state`) instead"
@@ -293,6 +302,10 @@ MESSAGES: dict[Code, str] = {
     Code.UNKNOWN_MODULE_ATTRIBUTE: "`{module}.{name}` is not available; {module} offers: {names}",
     Code.LITERAL_BOMB: "{what} is too large for a hook (limit {limit})",
     Code.UNCHECKABLE: "the checker could not analyse this hook ({detail}); simplify it",
+    Code.COMPUTED_EXPONENT: (
+        "`** {exponent}`: a computed exponent can make a number of any size in one C call "
+        "that no budget interrupts; write the exponent as a number (x ** 2, x ** 0.5)"
+    ),
 }
 
 
@@ -481,17 +494,25 @@ class _Checker:
         return None
 
     def power_bomb(self, node: ast.BinOp) -> None:
+        if not self._numeric_literal(node.right):
+            # `2 ** n`: one C-level big-int power, as costly as the factorial that is left out
+            # of `math`, and no wall budget interrupts it
+            self.add(Code.COMPUTED_EXPONENT, node, exponent=_short(node.right))
+            return
         base = self.literal_int(node.left)
         exponent = self.literal_int(node.right)
         if base is None or exponent is None:
             # too deep or too large to fold (`9 ** +++++++++999999999`): too large for a hook,
-            # as for repetitions and ranges
+            # as for repetitions and ranges; a computed base with a literal exponent is bounded
+            # by the base's own size
             too_big = self._is_int_expr(node)
         elif exponent <= 0 or abs(base) <= 1:
             return
         else:
             digits = exponent * math.log10(abs(base))
-            too_big = digits > math.log10(self.limits.max_power_result)
+            limit = self.limits.max_power_result
+            # at the limit counts (10 ** 9 with the default 10 ** 9): exact when it is small
+            too_big = digits > math.log10(limit) + 1 or abs(base) ** exponent >= limit
         if too_big:
             self.add(
                 Code.LITERAL_BOMB,
@@ -528,6 +549,14 @@ class _Checker:
                 what="this literal repetition",
                 limit=f"{self.limits.max_literal_count:,}",
             )
+
+    def _numeric_literal(self, node: ast.AST) -> bool:
+        """A number written out (`2`, `0.5`, `-1`, `10 ** 3`), not computed from values."""
+        return all(
+            isinstance(n, ast.BinOp | ast.UnaryOp | ast.operator | ast.unaryop)
+            or (isinstance(n, ast.Constant) and type(n.value) in (int, float))
+            for n in ast.walk(node)
+        )
 
     def _is_int_expr(self, node: ast.AST) -> bool:
         """An int-literal expression too large to fold (e.g. 10**10**10)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import resource
 import sys
 import types
@@ -48,6 +49,36 @@ def _short(err: BaseException) -> str:
     except Exception:  # noqa: BLE001 - str() of an exception must not take the worker down
         text = type(err).__name__
     return text[:_DETAIL_CHARS]
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+#: /proc/self/statm, opened before the isolation layers go up and kept open (the layers may
+#: deny opening it later). Not ru_maxrss: Linux carries the parent's peak over fork and exec,
+#: so a worker of a large daemon would report the daemon's size.
+_statm_fd: int | None = None
+
+
+def _open_statm() -> int | None:
+    global _statm_fd
+    try:
+        _statm_fd = os.open("/proc/self/statm", os.O_RDONLY)
+    except OSError:
+        _statm_fd = None
+    return _statm_fd
+
+
+def _rss_mb() -> int | None:
+    """The worker's resident size now: the host recycles a worker that has grown past its
+    threshold, whatever the hook kept alive. None when it cannot be read."""
+    if _statm_fd is None:
+        return None
+    try:
+        resident_pages = int(os.pread(_statm_fd, 128, 0).split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
 
 
 def _cpu_seconds() -> float:
@@ -126,6 +157,7 @@ class Worker:
         if not isinstance(state, dict) or not isinstance(ctx, dict):
             return {"fault": "junk", "detail": "ctx and state must be objects"}
         self._arm_cpu_limit()
+        re.purge()  # what the worker's own start compiled is no one's business either
         # Fresh globals per call (new namespaces, new helper functions, new builtins dict):
         # nothing a hook keeps or tampers with at module level outlives the call.
         namespace = hooklib.hook_globals()
@@ -146,12 +178,20 @@ class Worker:
             return {"fault": "raised", "detail": _short(err)}
         finally:
             namespace.clear()
+            # the real `re` module's pattern cache outlives a call: a channel between calls
+            # (and between a candidate's episodes) and a way to grow the worker; emptied
+            re.purge()
         return {"value": value, "state": state}
 
     # --- output --------------------------------------------------------------------------
 
     def encode(self, request_id: Any, response: dict[str, Any]) -> bytes:
-        response = {"id": request_id, **response, "cpu": round(_cpu_seconds(), 4)}
+        response = {
+            "id": request_id,
+            **response,
+            "cpu": round(_cpu_seconds(), 4),
+            "rss_mb": _rss_mb(),
+        }
         try:
             data = json.dumps(response, allow_nan=False, separators=(",", ":"))
         except MemoryError:
@@ -160,6 +200,9 @@ class Worker:
         except (TypeError, ValueError, RecursionError, OverflowError) as err:
             response = {"id": request_id, "fault": "junk", "detail": _short(err)}
             data = json.dumps(response)
+        # `<function f at 0x7f3a...>`: an address tells a hook's author where the worker's
+        # heap is; nothing the host keeps needs it
+        data = _ADDRESS.sub(" at 0x?>", data)
         if len(data) > self.max_response:
             detail = f"response is {len(data)} bytes; the limit is {self.max_response}"
             data = json.dumps({"id": request_id, "fault": "oversized", "detail": detail})
@@ -316,8 +359,10 @@ def main(config: dict[str, Any]) -> None:
         importlib.import_module("socket")
         importlib.import_module("threading")
     proto_in, proto_out = _claim_protocol_fds()
+    statm = _open_statm()
     settings = IsolationSettings(**config.get("isolation", {}))
-    report = apply_all(settings, keep_fds=(0, 1, 2, proto_in, proto_out))
+    kept = (0, 1, 2, proto_in, proto_out) + ((statm,) if statm is not None else ())
+    report = apply_all(settings, keep_fds=kept)
     worker = Worker(config, report)
     sys.setrecursionlimit(int(config.get("recursion_limit", 300)))
     hello = {

@@ -48,7 +48,8 @@ SHORT = 0.3  # wall budget for hooks that must time out
 ROOMY = 5.0  # wall budget for hooks that must hit another limit first (memory, recursion, size)
 SLACK = 1.0  # kill + reap + scheduling on a loaded two-core machine
 OK = "ok"  # a Run outcome: no fault, the hook returned a harmless JSON value
-RESTARTING = frozenset({"timeout", "crashed"})  # faults after which the worker is replaced
+#: faults after which the worker is replaced (a MemoryError recycles it)
+RESTARTING = frozenset({"timeout", "crashed", "memory"})
 SENTINEL_TEXT = "intact\n"
 
 PRE_ACTION = HookName.PRE_ACTION
@@ -491,6 +492,34 @@ REJECTED: list[Rejected] = [
         Run("timeout", "no response within the budget", SHORT),
     ),
     Rejected(
+        "literal_power_at_the_limit",
+        hook("return 10 ** 9 > 0"),
+        "literal_bomb",
+    ),
+    Rejected(
+        "big_int_power",
+        hook(BIG + "return (2 ** n) > 0"),
+        "computed_exponent",
+        Run("timeout", "no response within the budget", SHORT),
+    ),
+    Rejected(
+        "computed_exponent_on_a_float",
+        hook("x = len(ctx['observation'])\nreturn (1.5 ** x) > 0"),
+        "computed_exponent",
+    ),
+    Rejected(
+        "math_prod_of_a_huge_range",
+        hook(BIG + "return math.prod(range(1, n)) > 0"),
+        "unknown_module_attribute",
+        Run("raised", "has no attribute 'prod'"),  # left out of the math namespace
+    ),
+    Rejected(
+        "math_lcm_of_a_huge_range",
+        hook(BIG + "return math.lcm(*range(1, n)) > 0"),
+        "unknown_module_attribute",
+        Run("raised", "has no attribute 'lcm'"),
+    ),
+    Rejected(
         "top_level_memory_bomb",
         "X = [0] * int('1' + '0' * 10)\n" + hook("return len(X)"),
         "top_level_statement",
@@ -509,7 +538,9 @@ CONTAINED: list[Contained] = [
     # -- memory bombs with sizes computed at run time ------------------------------------------
     Contained("string_repeat", hook(BIG + "return len('a' * n)"), Run("memory", "MemoryError")),
     Contained("list_repeat", hook(BIG + "return len([0] * n)"), Run("memory", "MemoryError")),
-    Contained("str_ljust", hook("return len('a'.ljust(10 ** 9))"), Run("memory", "MemoryError")),
+    Contained(
+        "str_ljust", hook("return len('a'.ljust(10 ** 8 * 10))"), Run("memory", "MemoryError")
+    ),
     Contained("big_int_shift", hook(BIG + "return (1 << n) > 0"), Run("memory", "MemoryError")),
     Contained(
         "string_doubling",
@@ -569,16 +600,6 @@ CONTAINED: list[Contained] = [
     Contained(
         "join_of_a_huge_generator",
         hook(BIG + "return len(''.join('a' for i in range(n)))"),
-        Run("timeout", "no response within the budget", SHORT),
-    ),
-    Contained(
-        "big_int_power",
-        hook(BIG + "return (2 ** n) > 0"),
-        Run("timeout", "no response within the budget", SHORT),
-    ),
-    Contained(
-        "math_prod_of_a_huge_range",
-        hook(BIG + "return math.prod(range(1, n)) > 0"),
         Run("timeout", "no response within the budget", SHORT),
     ),
     Contained(
@@ -1091,7 +1112,8 @@ def test_an_episode_survives_every_hook_being_hostile_at_once(host: Host) -> Non
     assert all(step.effects == [] for step in trajectory.steps)
     assert "[Errno 1]" in trajectory.steps[0].faults[1].detail  # fork: EPERM from seccomp
     assert events["memory"] == 1 and events["timeouts"] == 3 and events["oversized"] == 2
-    assert events["violations"] == 3 and events["restarts"] == 3 and events["ok"] == 0
+    # restarts: after the memory fault (a recycled worker) and after each of the 3 timeouts
+    assert events["violations"] == 3 and events["restarts"] == 4 and events["ok"] == 0
     assert elapsed < 3 * (SHORT + SLACK) + 5.0, elapsed
     assert last is not None and pid_gone(last)
     trajectory.to_json_bytes()

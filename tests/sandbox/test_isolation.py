@@ -112,7 +112,8 @@ def test_every_isolation_layer_is_in_force_inside_the_worker(host_isolation: Non
     assert probe["sid"] == probe["pgid"] == probe["pid"] == pid
     assert probe["status"]["NoNewPrivs"] == "1" and probe["status"]["Seccomp"] == "2"
     assert probe["status"]["Threads"] == "1"
-    assert set(probe["fds"]) <= {0, 1, 2, 3, 4, 5}  # stdio + two protocol pipes (+ listdir's)
+    # stdio, two protocol pipes, the kept /proc/self/statm (the RSS check) and listdir's own
+    assert set(probe["fds"]) <= {0, 1, 2, 3, 4, 5, 6}
     limits = probe["rlimits"]
     assert limits["AS"] == [512 * 2**20] * 2
     assert limits["FSIZE"] == [0, 0] and limits["CORE"] == [0, 0] and limits["NPROC"] == [0, 0]
