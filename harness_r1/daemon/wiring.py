@@ -236,6 +236,9 @@ def loop_config(settings: Settings) -> LoopConfig:
             alpha=loop_options.gate_alpha,
         ),
         guard=GuardConfig(
+            method=guard_options.method,
+            alpha=guard_options.alpha,
+            min_detectable_effect=guard_options.min_detectable_effect,
             min_episodes=guard_options.min_episodes,
             max_episodes=guard_options.max_episodes,
             promote_probability=guard_options.promote_probability,

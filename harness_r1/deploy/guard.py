@@ -1,17 +1,28 @@
 """The live guard: after a staged release, compare live success on the new overlay with the
 agents kept on the previous harness (the control cohort) and promote or roll back by itself.
 
-The rule is a Bayesian beta-binomial one, evaluated after every batch of observations (a
-sequential test): with Beta(prior) on each arm's success rate, compute P(new > control)
-exactly. Promote when it reaches `promote_probability`, roll back when P(new < control)
-reaches `rollback_probability`, both only after `min_episodes` on each arm; if neither has
-happened by the time the new arm has `max_episodes` (whatever the control arm has: it may
-be thin or empty) the result is inconclusive and, as the gate says,
-inconclusive is not promoted: the overlay is rolled back with reason `live_guard_inconclusive`.
-Why Bayesian and not SPRT: it needs no assumed effect size, reads the same at any stopping
-point, and its error rates are set by two probabilities an operator can reason about. Peeking
-after every batch inflates the frequentist error a little; `min_episodes` bounds that, and the
-guard's job is to catch harm fast, not to certify a small gain.
+It looks after every batch of observations, so its test must stay valid under continuous
+monitoring. Two rules (`GuardConfig.method`):
+
+- `msprt` (the default): a mixture sequential probability ratio test (Johari, Pekelis, Walsh,
+  "Always valid inference", the rule of online experimentation platforms). The difference of
+  the two success rates is tested against 0 with a normal mixing distribution N(0, tau^2) over
+  the effect (tau = `min_detectable_effect`: the size the test finds fastest) and the pooled
+  binomial variance; the mixture likelihood ratio Lambda is a martingale under equal arms, so
+  P(Lambda ever reaches 1/alpha) <= alpha however often it is looked at. A verdict needs
+  Lambda >= 1/alpha: promote if the new arm is ahead, roll back if behind. Equal arms therefore
+  end in a wrong verdict (promotion or rollback) at most `alpha` of the time in all (the normal
+  approximation is why `min_episodes` stays at 20: the error rates are measured by simulation,
+  BENCHMARKS.md "The live guard's error rates"). The always-valid p-value is min(1, 1/Lambda).
+- `bayes` (the old rule): Beta(prior) on each arm, promote when P(new > control) reaches
+  `promote_probability`, roll back when P(new < control) reaches `rollback_probability`. Read
+  after every episode its error rates exceed what the probabilities suggest (equal arms were
+  wrongly rolled back 9.5% of the time at 0.99); kept for comparison and for demos.
+
+Under both, a verdict waits for `min_episodes` on each arm, and if none has come by the time
+the new arm has `max_episodes` (whatever the control arm has: it may be thin or empty) the result
+is inconclusive and, as the gate says, inconclusive is not promoted: the overlay is rolled back
+with reason `live_guard_inconclusive`.
 """
 
 from __future__ import annotations
@@ -19,14 +30,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 from harness_r1.contracts import Trajectory
 
 
 @dataclass(frozen=True)
 class GuardConfig:
+    method: Literal["msprt", "bayes"] = "msprt"
     min_episodes: int = 20
     max_episodes: int = 400
+    # msprt: the chance that equal arms get any verdict (rollback or promotion), however often
+    # the guard looks; and the effect size (absolute success rate) it is tuned to find fastest
+    alpha: float = 0.05
+    min_detectable_effect: float = 0.2
     # 0.99, not 0.95: the test is re-run after every episode, and with 0.95 a fleet where
     # both arms are equal was wrongly rolled back 23% of the time (0.99: 9.5%; 200 simulated
     # fleets, tests/deploy/test_guard.py), while 30% vs 60% is still caught every time.
@@ -43,6 +60,14 @@ class GuardConfig:
                 raise ValueError(f"{name} must be in (0.5, 1)")
         if self.prior_successes < 1 or self.prior_failures < 1:
             raise ValueError("the Beta prior needs integer parameters >= 1")
+        if self.method not in ("msprt", "bayes"):
+            raise ValueError(f"method must be msprt or bayes, got {self.method!r}")
+        if not 0.0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
+        if not 0.0 < self.min_detectable_effect <= 1.0:
+            raise ValueError(
+                f"min_detectable_effect must be in (0, 1], got {self.min_detectable_effect}"
+            )
 
 
 def probability_better(
@@ -74,6 +99,30 @@ def probability_better(
     return min(1.0, max(0.0, total))
 
 
+def mixture_likelihood_ratio(
+    successes_new: int,
+    episodes_new: int,
+    successes_old: int,
+    episodes_old: int,
+    tau: float,
+) -> float:
+    """Lambda of the two-sample mSPRT for success rates: N(0, tau^2) mixture over the
+    difference, pooled binomial variance (one pseudo-success and one pseudo-failure keep it
+    above 0 when every episode so far agrees). 1.0 while an arm is empty."""
+    if episodes_new == 0 or episodes_old == 0:
+        return 1.0
+    if not (0 <= successes_new <= episodes_new and 0 <= successes_old <= episodes_old):
+        raise ValueError("successes must lie within 0..episodes")
+    delta = successes_new / episodes_new - successes_old / episodes_old
+    pooled = (successes_new + successes_old + 1) / (episodes_new + episodes_old + 2)
+    variance = pooled * (1.0 - pooled) * (1.0 / episodes_new + 1.0 / episodes_old)
+    t2 = tau * tau
+    log_ratio = 0.5 * math.log(variance / (variance + t2)) + (delta * delta * t2) / (
+        2.0 * variance * (variance + t2)
+    )
+    return math.exp(min(log_ratio, 700.0))
+
+
 def _log_beta(a: float, b: float) -> float:
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
 
@@ -94,13 +143,19 @@ class GuardDecision:
     successes_new: int
     episodes_control: int
     successes_control: int
-    p_better: float
+    p_better: float  # bayes: P(new > control); msprt: 1 if the new arm is ahead, else 0
+    p_value: float | None = None  # msprt: the always-valid p-value, min(1, 1 / Lambda)
 
     def summary(self) -> str:
+        evidence = (
+            f"P(better)={self.p_better:.3f}"
+            if self.p_value is None
+            else f"always-valid p={self.p_value:.4f}"
+        )
         return (
             f"{self.verdict.value}: {self.overlay_id} {self.successes_new}/{self.episodes_new}"
             f" vs {self.control_id} {self.successes_control}/{self.episodes_control},"
-            f" P(better)={self.p_better:.3f}"
+            f" {evidence}"
         )
 
 
@@ -154,15 +209,28 @@ def judge(
 ) -> GuardDecision:
     """The verdict from (episodes, successes) per arm: what the daemon calls with counts read
     from its store, and what LiveGuard calls with the trajectories it observed."""
-    prior = (config.prior_successes, config.prior_failures)
-    p_better = probability_better(new[1], new[0], old[1], old[0], prior)
+    p_value: float | None = None
     verdict, reason = Verdict.CONTINUE, ""
-    # continuous posteriors: P(new == old) is 0, so P(old better) is the complement
-    if min(new[0], old[0]) >= config.min_episodes:
-        if 1.0 - p_better >= config.rollback_probability:
-            verdict, reason = Verdict.ROLLBACK, "live_guard"
-        elif p_better >= config.promote_probability:
-            verdict = Verdict.PROMOTE
+    enough = min(new[0], old[0]) >= config.min_episodes
+    if config.method == "msprt":
+        ratio = mixture_likelihood_ratio(
+            new[1], new[0], old[1], old[0], config.min_detectable_effect
+        )
+        p_value = min(1.0, 1.0 / ratio)
+        ahead = new[0] > 0 and old[0] > 0 and new[1] / new[0] > old[1] / old[0]
+        p_better = 1.0 if ahead else 0.0
+        if enough and ratio >= 1.0 / config.alpha:
+            verdict = Verdict.PROMOTE if ahead else Verdict.ROLLBACK
+            reason = "" if ahead else "live_guard"
+    else:
+        prior = (config.prior_successes, config.prior_failures)
+        p_better = probability_better(new[1], new[0], old[1], old[0], prior)
+        # continuous posteriors: P(new == old) is 0, so P(old better) is the complement
+        if enough:
+            if 1.0 - p_better >= config.rollback_probability:
+                verdict, reason = Verdict.ROLLBACK, "live_guard"
+            elif p_better >= config.promote_probability:
+                verdict = Verdict.PROMOTE
     if verdict is Verdict.CONTINUE and new[0] >= config.max_episodes:
         # The new arm has had its share; an empty or thin control arm (every agent hashed into
         # the cohort, or its agents moved away) must not keep an overlay in canary forever.
@@ -177,4 +245,5 @@ def judge(
         episodes_control=old[0],
         successes_control=old[1],
         p_better=p_better,
+        p_value=p_value,
     )

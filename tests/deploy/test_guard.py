@@ -24,6 +24,7 @@ from harness_r1.deploy.guard import (
     LiveGuard,
     Verdict,
     judge,
+    mixture_likelihood_ratio,
     probability_better,
 )
 
@@ -89,7 +90,7 @@ def test_harm_is_rolled_back_and_gain_promoted() -> None:
 
 
 def test_no_difference_ends_inconclusive_not_promoted() -> None:
-    config = GuardConfig(min_episodes=10, max_episodes=60, promote_probability=0.99)
+    config = GuardConfig(method="bayes", min_episodes=10, max_episodes=60, promote_probability=0.99)
     guard = LiveGuard("new", "old", config)
     for i in range(60):
         guard.observe(trajectory("new", i % 2 == 0))
@@ -111,10 +112,10 @@ def test_nothing_before_min_episodes_and_redeliveries_count_once() -> None:
     assert guard.decide().episodes_new == 5
 
 
-def test_false_rollback_rate_under_no_difference_is_bounded() -> None:
-    """Peeking after every episode: the rate of wrongly rolling back an overlay that is just
-    as good stays bounded (200 simulated fleets; measured 19/200 with the defaults)."""
-    config = GuardConfig(min_episodes=20, max_episodes=300)
+def test_false_rollback_rate_under_no_difference_is_bounded_for_the_old_rule() -> None:
+    """The Bayesian rule, peeking after every episode: wrong rollbacks of an overlay that is
+    just as good stay under 15% (200 simulated fleets; measured 19/200 at 0.99)."""
+    config = GuardConfig(method="bayes", min_episodes=20, max_episodes=300)
     wrong = 0
     for seed in range(200):
         guard = LiveGuard("new", "old", config)
@@ -159,7 +160,7 @@ def feed(guard: LiveGuard, version: str, successes: int, episodes: int) -> None:
 def test_a_thin_control_arm_holds_the_verdict_until_it_reaches_min_episodes() -> None:
     """Issue 21: both arms must have `min_episodes`, not just the new one. The other tests grow
     both arms together, so a guard that checked only the new arm passed them all."""
-    config = GuardConfig(min_episodes=20, max_episodes=400)
+    config = GuardConfig(method="bayes", min_episodes=20, max_episodes=400)
     cases = [(0, 10, Verdict.ROLLBACK), (30, 0, Verdict.PROMOTE)]  # clear harm, clear gain
     for new_successes, control_successes, once_enough in cases:
         guard = LiveGuard("new", "old", config)
@@ -206,7 +207,7 @@ def test_probability_better_honours_an_asymmetric_prior() -> None:
     for wrong in [(1, 1), (2, 8)]:
         assert abs(expected - float(exact_probability_better(*counts, wrong))) > 0.05
     assert probability_better(*counts, prior=prior) == pytest.approx(expected, abs=1e-9)
-    config = GuardConfig(prior_successes=8, prior_failures=2)
+    config = GuardConfig(method="bayes", prior_successes=8, prior_failures=2)
     decision = judge("new", "old", (10, 3), (12, 6), config)
     assert decision.p_better == pytest.approx(expected, abs=1e-9)
 
@@ -215,7 +216,7 @@ def test_rollback_fires_at_the_default_threshold_and_not_below_it() -> None:
     """Issue 21: the rollback threshold is 0.99, inclusive. 8/30 against 17/30 gives
     P(worse) = 0.9901 (rolled back), 9/30 against 18/30 gives 0.9896 (not yet), so a threshold
     nudged either way past 0.99 shows; at exactly the threshold the guard rolls back."""
-    config = GuardConfig()
+    config = GuardConfig(method="bayes")
     assert (config.min_episodes, config.rollback_probability) == (20, 0.99)
     worse = judge("new", "old", (30, 8), (30, 17), config)
     assert 0.99 < 1.0 - worse.p_better < 0.9905
@@ -223,7 +224,7 @@ def test_rollback_fires_at_the_default_threshold_and_not_below_it() -> None:
     nearly = judge("new", "old", (30, 9), (30, 18), config)
     assert 0.9895 < 1.0 - nearly.p_better < 0.99
     assert nearly.verdict is Verdict.CONTINUE
-    at = GuardConfig(rollback_probability=1.0 - worse.p_better)
+    at = GuardConfig(method="bayes", rollback_probability=1.0 - worse.p_better)
     assert judge("new", "old", (30, 8), (30, 17), at).verdict is Verdict.ROLLBACK
 
 
@@ -257,7 +258,8 @@ def test_config_accepts_its_bounds_and_says_what_is_wrong_outside_them() -> None
 
 
 def test_a_fresh_guard_continues_with_nothing_counted() -> None:
-    decision = LiveGuard("new", "old").decide()
+    assert LiveGuard("new", "old").decide().p_value == 1.0  # msprt: no evidence at all
+    decision = LiveGuard("new", "old", GuardConfig(method="bayes")).decide()
     assert decision == GuardDecision(
         verdict=Verdict.CONTINUE,
         reason="",
@@ -275,7 +277,7 @@ def test_a_fresh_guard_continues_with_nothing_counted() -> None:
 def test_the_decision_carries_both_arms_and_promotes_at_the_threshold() -> None:
     """17/30 on the new overlay against 8/30 on the control: the whole decision, its summary
     line, and promotion when P(better) is exactly the configured promote_probability."""
-    guard = LiveGuard("ov-2", "ov-1", GuardConfig())
+    guard = LiveGuard("ov-2", "ov-1", GuardConfig(method="bayes"))
     feed(guard, "ov-2", 17, 30)
     feed(guard, "ov-1", 8, 30)
     decision = guard.decide()
@@ -294,7 +296,45 @@ def test_the_decision_carries_both_arms_and_promotes_at_the_threshold() -> None:
         p_better=decision.p_better,
     )
     assert decision.summary() == "promote: ov-2 17/30 vs ov-1 8/30, P(better)=0.990"
-    at = GuardConfig(promote_probability=decision.p_better)
+    at = GuardConfig(method="bayes", promote_probability=decision.p_better)
     assert judge("ov-2", "ov-1", (30, 17), (30, 8), at).verdict is Verdict.PROMOTE
-    above = GuardConfig(promote_probability=0.9905)
+    above = GuardConfig(method="bayes", promote_probability=0.9905)
     assert judge("ov-2", "ov-1", (30, 17), (30, 8), above).verdict is Verdict.CONTINUE
+
+
+def test_msprt_keeps_both_error_rates_at_alpha_under_continuous_monitoring() -> None:
+    """The default rule, a look after every pair of episodes: equal arms end in a verdict (a
+    wrong rollback or a wrong promotion) at most alpha = 5% of the time, with room for 300
+    fleets' noise; 30% against 60% is caught every time, both ways. 2,000 fleets per case are
+    in BENCHMARKS.md (benchmarks/guard_error_rates.py)."""
+    config = GuardConfig()
+    assert (config.method, config.alpha, config.min_episodes) == ("msprt", 0.05, 20)
+    wrong = {"rollback": 0, "promote": 0}
+    for seed in range(300):
+        decision = run_to_end(LiveGuard("new", "old", config), 0.4, 0.4, seed)
+        if decision.reason == "live_guard":
+            wrong["rollback"] += 1
+        elif decision.verdict is Verdict.PROMOTE:
+            wrong["promote"] += 1
+    assert wrong["rollback"] + wrong["promote"] <= 0.07 * 300, wrong
+    for p_new, p_old, right in [(0.6, 0.3, Verdict.PROMOTE), (0.3, 0.6, Verdict.ROLLBACK)]:
+        for seed in range(50):
+            decision = run_to_end(LiveGuard("new", "old", config), p_new, p_old, seed)
+            assert decision.verdict is right and decision.reason != "live_guard_inconclusive"
+
+
+def test_msprt_verdict_at_one_over_alpha_and_its_p_value() -> None:
+    config = GuardConfig(min_detectable_effect=0.2)
+    # 30 vs 30 episodes, 25/30 against 10/30: clearly better (24/30 against 12/30 is not yet:
+    # Lambda 18.8, short of 1/alpha = 20)
+    assert judge("new", "old", (30, 24), (30, 12), config).verdict is Verdict.CONTINUE
+    better = judge("new", "old", (30, 25), (30, 10), config)
+    assert better.verdict is Verdict.PROMOTE and better.p_value is not None
+    assert better.p_value <= config.alpha and "always-valid p=" in better.summary()
+    worse = judge("new", "old", (30, 10), (30, 25), config)
+    assert (worse.verdict, worse.reason) == (Verdict.ROLLBACK, "live_guard")
+    close = judge("new", "old", (30, 16), (30, 14), config)
+    assert close.verdict is Verdict.CONTINUE and close.p_value is not None and close.p_value > 0.05
+    # an empty arm carries no evidence; every episode agreeing keeps the variance positive
+    assert mixture_likelihood_ratio(0, 0, 3, 10, 0.2) == 1.0
+    assert mixture_likelihood_ratio(20, 20, 20, 20, 0.2) < 1.0

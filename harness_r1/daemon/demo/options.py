@@ -67,7 +67,8 @@ class DemoOptions:
             f"{self.agents} agents x {self.episodes_per_agent} episodes a phase on {self.env}, "
             f"{self.max_steps} steps, K={self.k}; gate: batch >= {DEMO_MIN_BATCH} tasks, "
             f"{self.guard_tasks} regression tasks; live guard: >= {DEMO_MIN_GUARD_EPISODES} "
-            f"episodes per arm, promotes at P(better) >= {self.promote_probability}"
+            f"episodes per arm, promotes at P(better) >= {self.promote_probability} (the "
+            "Bayesian rule; the daemon's default is mSPRT at alpha 0.05)"
         )
 
 

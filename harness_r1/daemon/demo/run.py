@@ -245,6 +245,9 @@ def demo_settings(
             engineer_backend="template",
         ),
         guard=GuardOptions(
+            # demo-sized arms (a few episodes each): the Bayesian rule, printed with the
+            # result; the daemon's default is the always-valid mSPRT at alpha 0.05
+            method="bayes",
             min_episodes=max(DEMO_MIN_GUARD_EPISODES, options.episodes_per_agent),
             # what a cohort of one agent plays in `guard_phases` phases (a larger cohort gets
             # there sooner): undecided by then is rolled back, as inconclusive

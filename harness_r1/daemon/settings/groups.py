@@ -393,6 +393,25 @@ def _check_crontab(value: str) -> None:
 class GuardOptions(_Group):
     """The live guard after a staged release (see harness_r1/deploy/guard.py for the rule)."""
 
+    method: Literal["msprt", "bayes"] = Field(
+        default=GuardConfig.method,
+        description="msprt: an always-valid sequential test (wrong verdicts on equal arms at "
+        "most `alpha` however often it looks); bayes: the older posterior-probability rule.",
+    )
+    alpha: float = Field(
+        default=GuardConfig.alpha,
+        gt=0,
+        lt=0.5,
+        description="msprt: the chance that an overlay as good as its control is promoted or "
+        "rolled back anyway (both together).",
+    )
+    min_detectable_effect: float = Field(
+        default=GuardConfig.min_detectable_effect,
+        gt=0,
+        le=1,
+        description="msprt: the success-rate difference the test is tuned to find fastest "
+        "(0.2 = 20 points); smaller ones are found too, with more episodes.",
+    )
     min_episodes: int = Field(
         default=GuardConfig.min_episodes,
         ge=1,
@@ -408,14 +427,14 @@ class GuardOptions(_Group):
         default=GuardConfig.promote_probability,
         gt=0.5,
         lt=1,
-        description="P(new > control) that promotes; the test re-runs after every batch, so "
-        "keep it high (0.95 rolled back equal arms 23% of the time).",
+        description="bayes: P(new > control) that promotes; the test re-runs after every "
+        "batch, so keep it high (0.95 rolled back equal arms 23% of the time).",
     )
     rollback_probability: float = Field(
         default=GuardConfig.rollback_probability,
         gt=0.5,
         lt=1,
-        description="P(new < control) that rolls back.",
+        description="bayes: P(new < control) that rolls back.",
     )
 
     @model_validator(mode="after")
