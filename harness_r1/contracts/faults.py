@@ -20,3 +20,4 @@ class HookFaultKind(StrEnum):
     UNISOLATED_REFUSED = "unisolated_refused"  # isolation missing: patches are not run
     CLOSED = "closed"  # the hook set was closed (an overlay swapped out)
     VETO_LIMIT = "veto_limit"  # the runtime took the model's action after too many vetoes
+    DISABLED = "disabled"  # the hook set stopped calling a patch that kept timing out

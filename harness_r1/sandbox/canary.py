@@ -467,6 +467,12 @@ class CanaryRunner:
         for outcome in patched:
             events.update(outcome.faults)
             effects.update(outcome.effects)
+        disabled = getattr(hooks, "disabled_reason", None)
+        if disabled:
+            # over the per-overlay budget: not judged on episodes it ran only partly; invalid,
+            # with the reason in the engineer's terms
+            result = self._invalid(candidate, f"hook_budget: {disabled}")
+            return result.model_copy(update={"sandbox_events": dict(events)})
         pairs = [
             PairedTask(
                 task_id=b.task_id,

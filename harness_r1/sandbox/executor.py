@@ -77,6 +77,7 @@ FAULT_COUNTERS: dict[str, str] = {
     HookFaultKind.INVALID: "invalid",
     HookFaultKind.UNISOLATED_REFUSED: "refused",
     HookFaultKind.CLOSED: "closed",
+    HookFaultKind.DISABLED: "disabled",
 }
 FAULTS = tuple(FAULT_COUNTERS)
 
@@ -102,6 +103,10 @@ class SandboxConfig:
     allow_unisolated: bool = False  # development only: run even if a layer is missing
     python: str = sys.executable
     restart_backoff_s: float = 0.5  # after a failed start, doubling up to 30 s
+    # per-overlay budget: after this many timeouts the hook set stops calling the patch (every
+    # later call ends `disabled` at once), so one slow candidate cannot hold up the lockstep
+    # episodes of the others with a kill and a restart per call; 0 = never
+    max_timeouts: int = 3
     enable_probe: bool = False  # tests/diagnostics: the worker answers `probe` requests
     fail_layer: str = ""  # tests only: make the worker report this layer as failed
 
@@ -186,6 +191,7 @@ class IsolatedHooks:
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
         self._refused: str | None = None
+        self.disabled_reason: str | None = None  # set once the per-overlay budget is spent
         self._closed = False
         self._retry_at = 0.0
         self._backoff = 0.0
@@ -236,10 +242,16 @@ class IsolatedHooks:
                 self.events["invalid"] += 1
                 detail = f"rejected by the static checks: {self.static_rejection}"
                 return HookCall(state=state, fault=HookFaultKind.INVALID, detail=detail)
+            if self.disabled_reason is not None:
+                self._count_fault(HookFaultKind.DISABLED, _Fault("disabled", ""))
+                return HookCall(
+                    state=state, fault=HookFaultKind.DISABLED, detail=self.disabled_reason
+                )
             try:
                 value, new_state = self._call_locked(str(hook), ctx, state)
             except _Fault as fault:
                 self._count_fault(fault.kind, fault)
+                self._disable_if_over_budget()
                 return HookCall(
                     state=state,
                     fault=fault.kind,
@@ -329,6 +341,17 @@ class IsolatedHooks:
         between calls (or leaks) must not accumulate in a warm worker."""
         rss = response.get("rss_mb")
         return isinstance(rss, int | float) and rss > self.config.worker_rss_mb
+
+    def _disable_if_over_budget(self) -> None:
+        limit = self.config.max_timeouts
+        timeouts = self.events.get("timeouts", 0)
+        if limit and timeouts >= limit and self.disabled_reason is None:
+            self.disabled_reason = (
+                f"disabled after {timeouts} timeouts (budget {self.config.call_budget_s:g} s "
+                "a call): make each hook call fast, with bounded loops and no backtracking regex"
+            )
+            self._discard_worker()
+            log.info("sandbox.overlay_disabled", overlay=self.overlay_id, timeouts=timeouts)
 
     def _count_fault(self, kind: str, fault: _Fault) -> None:
         counter = FAULT_COUNTERS.get(kind, kind)

@@ -834,3 +834,40 @@ def test_a_candidate_that_cannot_compose_onto_the_incumbent_is_invalid_with_the_
     assert result.status == "invalid" and result.reward == -0.5
     assert result.invalid_reason is not None
     assert result.invalid_reason.startswith("composition_nothing_to_remove: post_feedback")
+
+
+SLOW = patch(
+    "def hook(ctx, state):\n"
+    "    n = int('1' + '0' * 8)\n"
+    "    t = 0\n"
+    "    for i in range(n):\n"
+    "        t += i\n"
+    "    return None\n"
+)
+
+
+def test_a_candidate_that_times_out_every_call_is_disabled_and_the_others_finish() -> None:
+    """The per-overlay budget: after `max_timeouts` the slow candidate's hook set answers
+    `disabled` at once, so the lockstep episodes of the other candidates are not held up by a
+    kill and a restart per call; the slow one is invalid with a reason the engineer can use."""
+    policy = ScriptedPolicy(["ACTION: dance"])
+    runtime = HarnessRuntime(SUITE, policy, Path("."), RunConfig(lockstep=32))
+    sandbox = SandboxConfig(call_budget_s=0.3, max_timeouts=3)
+
+    def factory(p: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(p, sandbox, overlay_id=candidate_id)
+
+    canary = CanaryRunner(runtime, factory, validator, CanaryConfig(), BaselineCache())
+    started = time.perf_counter()
+    report = canary.evaluate(BATCH, [Candidate("slow", SLOW), Candidate("open", OPEN)])
+    elapsed = time.perf_counter() - started
+    by_id = {c.candidate_id: c for c in report.candidates}
+    slow = by_id["slow"]
+    assert slow.status == "invalid" and slow.reward == 0.0
+    assert slow.invalid_reason is not None and slow.invalid_reason.startswith(
+        "hook_budget: disabled after 3 timeouts"
+    )
+    assert slow.sandbox_events["timeout"] == 3 and slow.sandbox_events["disabled"] >= 1
+    assert by_id["open"].status == "evaluated" and by_id["open"].delta_success == 0.5
+    # 3 timed-out calls (0.3 s each, plus the kill and restart), not one per step of 8 episodes
+    assert elapsed < 3 * (0.3 + 1.0) + 5.0, elapsed

@@ -132,3 +132,23 @@ def test_a_large_host_does_not_make_its_workers_look_large() -> None:
         assert values == [0, 1, 2] and pid is not None
         assert hs.events["recycles"] == 0 and _rss_mb(pid) < 60
     del ballast
+
+
+def test_after_max_timeouts_the_hook_set_answers_disabled_at_once() -> None:
+    slow = (
+        "def hook(ctx, state):\n"
+        "    n = int('1' + '0' * 8)\n"
+        "    t = 0\n"
+        "    for i in range(n):\n"
+        "        t += i\n"
+        "    return t\n"
+    )
+    config = SandboxConfig(call_budget_s=0.3, max_timeouts=2)
+    with IsolatedHooks.from_sources({PRE: slow}, config) as hs:
+        faults = [hs.call(PRE, {"step": i}, {}).fault for i in range(2)]
+        assert faults == ["timeout", "timeout"]
+        assert hs.disabled_reason is not None and hs.worker_pid is None
+        later = hs.call(PRE, {"step": 2}, {})
+        assert later.fault == "disabled" and "after 2 timeouts" in later.detail
+        assert later.seconds < 0.05 and hs.worker_pid is None  # no worker started again
+        assert hs.events["restarts"] == 1 and hs.events["disabled"] == 1
