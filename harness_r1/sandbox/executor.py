@@ -150,7 +150,9 @@ def _worker_sys_path() -> list[str]:
 
 def _new_events() -> dict[str, int]:
     names = ["calls", "ok", "starts", "restarts", "start_failures", "recycles", "load_errors"]
-    return dict.fromkeys([*names, "unisolated_workers", *FAULT_COUNTERS.values()], 0)
+    # "disabled" appears once the per-overlay budget is spent (most hook sets never see it)
+    counters = [c for c in FAULT_COUNTERS.values() if c != "disabled"]
+    return dict.fromkeys([*names, "unisolated_workers", *counters], 0)
 
 
 class IsolatedHooks:

@@ -62,9 +62,13 @@ _LANDLOCK_NR: dict[str, tuple[int, int, int]] = {
 }
 _LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 
-# Filesystem rights that change something (or execute); reads are deliberately not handled.
+# Filesystem rights: all of them are handled and none is granted (no rule is added), so after
+# the layer goes up the worker can open no path at all, for reading or anything else; what it
+# needs (its modules, the kept /proc/self/statm) it has opened or imported before.
 _FS_EXECUTE = 1 << 0
 _FS_WRITE_FILE = 1 << 1
+_FS_READ_FILE = 1 << 2
+_FS_READ_DIR = 1 << 3
 _FS_REMOVE_DIR = 1 << 4
 _FS_REMOVE_FILE = 1 << 5
 _FS_MAKE_CHAR = 1 << 6
@@ -399,13 +403,17 @@ def landlock_abi() -> int:
 
 
 def apply_landlock(min_abi: int = 1) -> tuple[str, int]:
-    """Deny all filesystem writes and exec (and TCP bind/connect, signals out) for good."""
+    """Deny every filesystem access (reads, writes, exec; and TCP bind/connect, signals out)
+    for good: a hook past the language filter reads neither the project, nor the host's files,
+    nor `/proc/<daemon>/environ`."""
     abi = landlock_abi()
     if abi < min_abi:
         raise LayerError(f"Landlock ABI {abi} < required {min_abi}")
     fs = (
         _FS_EXECUTE
         | _FS_WRITE_FILE
+        | _FS_READ_FILE
+        | _FS_READ_DIR
         | _FS_REMOVE_DIR
         | _FS_REMOVE_FILE
         | _FS_MAKE_CHAR
@@ -441,7 +449,7 @@ def apply_landlock(min_abi: int = 1) -> tuple[str, int]:
             raise LayerError(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)
-    parts = ["fs writes+exec denied"]
+    parts = ["fs reads+writes+exec denied"]
     if net:
         parts.append("tcp bind/connect denied")
     if scoped:

@@ -58,6 +58,9 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 #: deny opening it later). Not ru_maxrss: Linux carries the parent's peak over fork and exec,
 #: so a worker of a large daemon would report the daemon's size.
 _statm_fd: int | None = None
+#: /proc/self/status, kept open for the probe only (tests read the layers' state through it)
+_status_fd: int | None = None
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _open_statm() -> int | None:
@@ -78,7 +81,7 @@ def _rss_mb() -> int | None:
         resident_pages = int(os.pread(_statm_fd, 128, 0).split()[1])
     except (OSError, ValueError, IndexError):
         return None
-    return resident_pages * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    return resident_pages * _PAGE_SIZE // (1024 * 1024)
 
 
 def _cpu_seconds() -> float:
@@ -278,8 +281,16 @@ def probe(port: int) -> dict[str, Any]:
         with open("/etc/passwd") as handle:
             return len(handle.read())
 
+    def read(path: str) -> int:
+        with open(path, "rb") as handle:
+            return len(handle.read())
+
     attempt("read_passwd", read_passwd)
     attempt("listdir_cwd", lambda: os.listdir("."))
+    attempt("read_parent_environ", lambda: read(f"/proc/{os.getppid()}/environ"))
+    attempt("read_parent_cmdline", lambda: read(f"/proc/{os.getppid()}/cmdline"))
+    attempt("read_own_environ", lambda: read("/proc/self/environ"))
+    attempt("listdir_root", lambda: os.listdir("/"))
     out["uid"] = os.getuid()
     out["euid"] = os.geteuid()
     out["gid"] = os.getgid()
@@ -288,19 +299,27 @@ def probe(port: int) -> dict[str, Any]:
     out["pid"] = os.getpid()
     out["sid"] = os.getsid(0)
     out["pgid"] = os.getpgrp()
-    out["fds"] = sorted(int(n) for n in os.listdir("/proc/self/fd") if n.isdigit())
+    out["fds"] = [fd for fd in range(256) if _is_open(fd)]  # no /proc/self/fd: reads denied
     out["rlimits"] = {
         name: list(resource.getrlimit(getattr(resource, f"RLIMIT_{name}")))
         for name in ("AS", "CPU", "NOFILE", "FSIZE", "CORE", "NPROC")
     }
-    with open("/proc/self/status") as handle:
-        wanted = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "Uid", "Gid", "Threads")
-        out["status"] = {
-            key: value.strip()
-            for key, _, value in (line.partition(":") for line in handle)
-            if key in wanted
-        }
+    wanted = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "Uid", "Gid", "Threads")
+    status = os.pread(_status_fd, 65536, 0).decode() if _status_fd is not None else ""
+    out["status"] = {
+        key: value.strip()
+        for key, _, value in (line.partition(":") for line in status.splitlines())
+        if key in wanted
+    }
     return out
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _claim_protocol_fds() -> tuple[int, int]:
@@ -360,8 +379,12 @@ def main(config: dict[str, Any]) -> None:
         importlib.import_module("threading")
     proto_in, proto_out = _claim_protocol_fds()
     statm = _open_statm()
+    if config.get("enable_probe"):
+        global _status_fd
+        _status_fd = os.open("/proc/self/status", os.O_RDONLY)
     settings = IsolationSettings(**config.get("isolation", {}))
-    kept = (0, 1, 2, proto_in, proto_out) + ((statm,) if statm is not None else ())
+    extra = [fd for fd in (statm, _status_fd) if fd is not None]
+    kept = (0, 1, 2, proto_in, proto_out, *extra)
     report = apply_all(settings, keep_fds=kept)
     worker = Worker(config, report)
     sys.setrecursionlimit(int(config.get("recursion_limit", 300)))

@@ -291,6 +291,31 @@ REJECTED: list[Rejected] = [
         "banned_attribute",
         Run("violation", "[Errno 13]"),
     ),
+    # -- reads (issue 18): Landlock handles reads too and grants none --------------------------
+    Rejected(
+        "read_a_file_outside_the_sandbox",
+        hook(WALK + "return os.read(os.open(ctx['path'], os.O_RDONLY), 100)"),
+        "banned_attribute",
+        Run("violation", "[Errno 13]"),
+    ),
+    Rejected(
+        "read_the_daemons_environ",
+        hook(WALK + "return os.read(os.open(f'/proc/{os.getppid()}/environ', 0), 4096)"),
+        "banned_attribute",
+        Run("violation", "[Errno 13]"),
+    ),
+    Rejected(
+        "read_the_daemons_cmdline",
+        hook(WALK + "return os.read(os.open(f'/proc/{os.getppid()}/cmdline', 0), 4096)"),
+        "banned_attribute",
+        Run("violation", "[Errno 13]"),
+    ),
+    Rejected(
+        "list_the_project_tree",
+        hook(WALK + "return os.listdir(ctx['dir'])"),
+        "banned_attribute",
+        Run("violation", "[Errno 13]"),
+    ),
     Rejected(
         "create_a_file",
         hook(WALK + "return os.open(ctx['dir'] + '/new', os.O_WRONLY | os.O_CREAT)"),
@@ -1107,15 +1132,19 @@ def test_an_episode_survives_every_hook_being_hostile_at_once(host: Host) -> Non
     assert per_step == [
         [*both, (POST_FEEDBACK, "oversized")],
         [*both, (POST_FEEDBACK, "oversized")],
-        both,  # no post_feedback after the final step
+        # the third timeout spends the per-overlay budget: the hook set stops calling the patch
+        # (no post_feedback after the final step)
+        [(PRE_DECISION, "timeout"), (PRE_ACTION, "disabled")],
     ]
     assert all(step.effects == [] for step in trajectory.steps)
     assert "[Errno 1]" in trajectory.steps[0].faults[1].detail  # fork: EPERM from seccomp
     assert events["memory"] == 1 and events["timeouts"] == 3 and events["oversized"] == 2
-    # restarts: after the memory fault (a recycled worker) and after each of the 3 timeouts
-    assert events["violations"] == 3 and events["restarts"] == 4 and events["ok"] == 0
+    assert events["disabled"] == 1  # the last pre_action call
+    # restarts: after the memory fault (a recycled worker) and after the first 2 timeouts (the
+    # third disables the patch: no worker is started again)
+    assert events["violations"] == 2 and events["restarts"] == 3 and events["ok"] == 0
     assert elapsed < 3 * (SHORT + SLACK) + 5.0, elapsed
-    assert last is not None and pid_gone(last)
+    assert last is None  # disabled: its last worker was stopped and none started again
     trajectory.to_json_bytes()
     host.assert_intact()
 
