@@ -10,6 +10,7 @@ overwrites an older version; the groups it used are marked trained with its vers
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +68,33 @@ def grpo_update(store: StateStore, config: GrpoJobConfig) -> GrpoJobResult:
     store.mark_trained([g.group_id for g in replay], result.version)
     log.info("grpo_updated", version=result.version, groups=len(replay))
     return GrpoJobResult(len(replay), skipped, result.version)
+
+
+class EngineerVersions:
+    """Which published engineer version this daemon proposes with, kept up to the newest on
+    disk. The GRPO update is a singleton job (one daemon of those sharing a state store trains
+    it); every daemon sharing the artifacts directory loads the new version at its next check
+    (`refresh`, a job each daemon runs), not only the one that trained it. `reload(version)`
+    swaps it into the loop and returns the engineer's name, or None when it could not."""
+
+    def __init__(self, root: Path, reload: Callable[[str], str | None], loaded: str | None) -> None:
+        self.root = root
+        self.reload = reload
+        self.loaded = loaded
+
+    def refresh(self) -> str | None:
+        """Load the newest published version if it is not the one in use; its engineer's
+        name, or None when nothing changed (or the load failed: it is tried again next time)."""
+        from harness_r1.trainer.versions import latest_version
+
+        latest = latest_version(self.root)
+        if latest is None or latest.name == self.loaded:
+            return None
+        return self.use(latest.name)
+
+    def use(self, version: str) -> str | None:
+        now = self.reload(version)
+        if now is not None:
+            self.loaded = version
+            log.info("engineer_version_loaded", version=version, engineer=now)
+        return now

@@ -161,6 +161,7 @@ class Daemon:
         config: DaemonConfig | None = None,
         sink: IngestSink | None = None,
         grpo_update: Callable[[], int] | None = None,
+        engineer_refresh: Callable[[], str | None] | None = None,
         control_factory: Callable[[], ControlFollower] | None = None,
     ) -> None:
         self.store = store
@@ -169,6 +170,7 @@ class Daemon:
         self.config = config or DaemonConfig()
         self.sink = sink or IngestSink()
         self._grpo_update = grpo_update
+        self._engineer_refresh = engineer_refresh
         self._control_factory = control_factory
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -448,6 +450,9 @@ class Daemon:
                 elif name == "grpo":
                     if self._grpo_update is not None:
                         self._grpo_update()
+                elif name == "engineer":
+                    if self._engineer_refresh is not None:
+                        self._engineer_refresh()
                 elif name == "retention":
                     cutoff = datetime.now(UTC) - timedelta(days=self.config.retention_days)
                     log.info("retention", purged=self.store.purge(cutoff))
@@ -478,6 +483,8 @@ class Daemon:
             "grpo": grpo_trigger,
             "retention": IntervalTrigger(hours=24),
             "announce": IntervalTrigger(seconds=self.config.announce_interval_s),
+            # every daemon (not a singleton): each loads a version another one trained
+            "engineer": IntervalTrigger(seconds=self.config.grpo_check_interval_s),
         }
         # Started paused so the persistent store is readable: a job already stored keeps its
         # schedule (next run time) across restarts; a new or changed trigger replaces it.

@@ -30,6 +30,7 @@ from harness_r1.consumers.kafka import (
 from harness_r1.contracts import CanaryReport, ControlCommand
 from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
 from harness_r1.daemon.control import ControlFollower
+from harness_r1.daemon.grpo_job import EngineerVersions
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
@@ -343,6 +344,7 @@ def build_daemon(
         max_record_bytes=settings.kafka.max_record_bytes,
     )
     scheduler = settings.scheduler
+    versions = _engineer_versions(settings, loop) if proposer is None else None
     daemon = Daemon(
         store,
         lambda lease: TrajectoryIngest(kafka, ingest_config, store, dead_letter, lease=lease),
@@ -361,8 +363,9 @@ def build_daemon(
             stuck_after_s=settings.kafka.stuck_after_s,
         ),
         adapter,
-        grpo_update=_grpo_job(
-            store, settings, metrics, None if proposer else _engineer_reloader(settings, loop)
+        grpo_update=_grpo_job(store, settings, metrics, versions),
+        engineer_refresh=_refresh_job(
+            versions if settings.loop.engineer_backend in SWAPPABLE_ENGINEERS else None, metrics
         ),
         control_factory=_control_follower(settings, kafka, overlays, store, metrics, skipper),
     )
@@ -522,14 +525,39 @@ def _engineer_reloader(settings: Settings, loop: ImprovementLoop) -> Callable[[s
     return reload
 
 
+def _engineer_versions(settings: Settings, loop: ImprovementLoop) -> EngineerVersions:
+    """Which engineer version the loop proposes with (other backends only log a new one)."""
+    from harness_r1.trainer.versions import latest_version
+
+    root = settings.cache / "engineer-artifacts"
+    latest = latest_version(root)  # what build_proposer loaded at start
+    loaded = latest.name if latest is not None else None
+    return EngineerVersions(root, _engineer_reloader(settings, loop), loaded)
+
+
+def _refresh_job(
+    versions: EngineerVersions | None, metrics: DaemonMetrics
+) -> Callable[[], str | None] | None:
+    if versions is None:
+        return None
+
+    def run() -> str | None:
+        now = versions.refresh()
+        if now is not None:
+            metrics.set_engineer_version(now)
+        return now
+
+    return run
+
+
 def _grpo_job(
     store: StateStore,
     settings: Settings,
     metrics: DaemonMetrics,
-    reload: Callable[[str], str | None] | None = None,
+    versions: EngineerVersions | None = None,
 ) -> Callable[[], int]:
-    """The scheduled GRPO update; `reload` swaps the new version in (None: the engineer was
-    given by the caller and stays)."""
+    """The scheduled GRPO update; `versions` swaps the new version in (None: the engineer was
+    given by the caller, or is not loaded in process, and stays)."""
     from harness_r1.daemon.grpo_job import GrpoJobConfig, grpo_update
 
     config = GrpoJobConfig(
@@ -543,7 +571,7 @@ def _grpo_job(
         result = grpo_update(store, config)
         if result.version is not None:
             metrics.grpo_updates.inc()
-            now = reload(result.version) if reload is not None else None
+            now = versions.use(result.version) if versions is not None else None
             if now is not None:
                 metrics.set_engineer_version(now)
         return result.trained

@@ -44,7 +44,7 @@ def test_jobs_survive_a_restart_with_their_schedule(
     built.daemon.stop()
     built.close()
     assert set(first) == {
-        f"{key}:{name}" for name in ("flush", "guard", "grpo", "retention", "announce")
+        f"{key}:{name}" for name in ("flush", "guard", "grpo", "retention", "announce", "engineer")
     }
     time.sleep(1.5)
     again = build_daemon(settings, proposer=TemplateWriter(), canary_for=canary_for, key=key)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from daemon_rig import ReferenceEngineer
 
+from harness_r1.daemon.grpo_job import EngineerVersions
 from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
@@ -80,3 +81,40 @@ def test_a_version_that_fails_to_load_keeps_the_running_engineer(
     settings = Settings(cache=engineer_cache, loop={"engineer_backend": "smollm2"})
     assert _engineer_reloader(settings, loop)("v0002") is None
     assert loop.proposer.name == "reference-double"
+
+
+def test_every_daemon_picks_up_a_version_another_one_published(tmp_path: Path) -> None:
+    """EngineerVersions.refresh: the newest version on disk is loaded once; a failed load is
+    tried again at the next check; nothing happens while the loaded one is the newest."""
+    root = tmp_path / ARTIFACTS
+    loads: list[str] = []
+    answers = {"v0002": None, "v0003": "engineer@v0003"}
+
+    def reload(version: str) -> str | None:
+        loads.append(version)
+        return answers.get(version)
+
+    for version in ("v0001",):
+        (versions_dir(root) / version).mkdir(parents=True)
+    versions = EngineerVersions(root, reload, loaded="v0001")
+    assert versions.refresh() is None and loads == []  # v0001 is what runs
+    (versions_dir(root) / "v0002").mkdir()  # published by the daemon that trained it
+    assert versions.refresh() is None and versions.loaded == "v0001"  # failed to load
+    assert versions.refresh() is None and loads == ["v0002", "v0002"]  # tried again
+    (versions_dir(root) / "v0003").mkdir()
+    assert versions.refresh() == "engineer@v0003" and versions.loaded == "v0003"
+    assert versions.refresh() is None and loads == ["v0002", "v0002", "v0003"]
+
+
+@pytest.mark.integration
+def test_a_second_daemon_loads_the_published_version_at_its_next_check(
+    tmp_path: Path, engineer_cache: Path
+) -> None:
+    loop = _loop(tmp_path)
+    settings = Settings(cache=engineer_cache, loop={"engineer_backend": "smollm2"})
+    versions = EngineerVersions(
+        engineer_cache / ARTIFACTS, _engineer_reloader(settings, loop), loaded=None
+    )
+    name = versions.refresh()  # v0001, published by "another daemon" (the fixture)
+    assert name is not None and "v0001" in name and loop.proposer.name == name
+    assert versions.loaded == "v0001" and versions.refresh() is None
