@@ -16,7 +16,8 @@ be written at all, the publisher logs it and the daemon's follower records it fr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -144,20 +145,21 @@ class Publisher:
             )
         to_state = OverlayState.ACTIVE if fraction >= 1.0 else OverlayState.CANARY
         moves = _moves(record.state, to_state)  # refuse an impossible move before sending
-        issued = self._now()
-        payload = OverlayRelease(
-            overlay_id=overlay_id,
-            target=record.target,
-            seq=self.registry.next_seq(record.target, "release"),
-            key_id=self.signer.key_id,
-            issued_at=issued,
-            expires_at=issued + self.config.validity,
-            patch_sha256=record.patch.sha256(),
-            patch=record.patch,
-            rollout_fraction=fraction,
-            parent_overlay_id=record.parent_overlay_id,
-        )
-        self._publish(self.config.release_topic, payload)
+        with self._fence():
+            issued = self._now()
+            payload = OverlayRelease(
+                overlay_id=overlay_id,
+                target=record.target,
+                seq=self.registry.next_seq(record.target, "release"),
+                key_id=self.signer.key_id,
+                issued_at=issued,
+                expires_at=issued + self.config.validity,
+                patch_sha256=record.patch.sha256(),
+                patch=record.patch,
+                rollout_fraction=fraction,
+                parent_overlay_id=record.parent_overlay_id,
+            )
+            self._publish(self.config.release_topic, payload)
         evidence = {"seq": payload.seq, "rollout_fraction": fraction}
         with self.registry.transaction():
             # Each move only from the state planned above: if another writer moved the overlay
@@ -270,24 +272,25 @@ class Publisher:
             state = self.registry.get(overlay_id).state
             if state is not OverlayState.ACTIVE:
                 check_transition(state, OverlayState.ACTIVE)
-        issued = self._now()
-        payload = ControlCommand(
-            command=command,
-            command_id=f"{target}:{command.value}:{issued.timestamp():.6f}",
-            target=target,
-            seq=self.registry.next_seq(target, "control"),
-            key_id=self.signer.key_id,
-            issued_at=issued,
-            expires_at=issued + self.config.validity,
-            overlay_id=overlay_id,
-            revoke_overlay_id=revoke_overlay_id,
-            actor=actor,
-            reason=reason,
-            topic=skip[0] if skip else None,
-            partition=skip[1] if skip else None,
-            offset=skip[2] if skip else None,
-        )
-        self._publish(self.config.control_topic, payload)
+        with self._fence():
+            issued = self._now()
+            payload = ControlCommand(
+                command=command,
+                command_id=f"{target}:{command.value}:{issued.timestamp():.6f}",
+                target=target,
+                seq=self.registry.next_seq(target, "control"),
+                key_id=self.signer.key_id,
+                issued_at=issued,
+                expires_at=issued + self.config.validity,
+                overlay_id=overlay_id,
+                revoke_overlay_id=revoke_overlay_id,
+                actor=actor,
+                reason=reason,
+                topic=skip[0] if skip else None,
+                partition=skip[1] if skip else None,
+                offset=skip[2] if skip else None,
+            )
+            self._publish(self.config.control_topic, payload)
         self.last_recorded = self._record_control(payload)
         if self._metrics:
             self._metrics.controls.labels(command=command.value).inc()
@@ -332,6 +335,16 @@ class Publisher:
             log.info("overlay_control_recorded", seq=command.seq, result=result)
             return result
         return "not_recorded"
+
+    @contextmanager
+    def _fence(self) -> Iterator[None]:
+        """The publisher fence: a seq is taken and its message sent (acknowledged) inside one
+        write transaction of the registry, so another process publishing to the same pool waits
+        for the number until this message is out: messages reach the topic in seq order, and
+        an agent never drops a release because a later seq overtook it. A send that fails
+        rolls the number back (no gap)."""
+        with self.registry.transaction():
+            yield
 
     def _publish(self, topic: str, payload: OverlayRelease | ControlCommand) -> None:
         envelope = seal(payload, self.signer)

@@ -331,3 +331,37 @@ def test_a_published_cli_command_exits_0_and_the_daemon_records_it(
     assert registry.events(a)[-1].actor == "alice"
     follower.reader.close()
     registry.close()
+
+
+def test_publishers_in_several_processes_send_in_seq_order(db_url: str) -> None:
+    """The publisher fence (issue 18): five publishers, each with its own registry connection
+    (as separate processes have), publish controls to one pool at once through a send that
+    takes a random while; the topic receives them in seq order, with no gap, because a seq is
+    taken and sent inside one registry write transaction."""
+    OverlayRegistry(db_url).close()  # the tables exist before the publishers race
+    sent: list[int] = []
+    lock = threading.Lock()
+
+    def send(topic: str, value: bytes, key: bytes | None) -> None:
+        time.sleep(random.uniform(0.0, 0.02))  # the broker's acknowledgement, of varying speed
+        with lock:
+            sent.append(seq_of(value))
+
+    registries = [OverlayRegistry(db_url) for _ in range(PUBLISHERS)]
+    publishers = [
+        Publisher(registry, Signer("k", Ed25519PrivateKey.generate()), send, PublisherConfig())
+        for registry in registries
+    ]
+
+    def publish_all(publisher: Publisher) -> None:
+        for _ in range(PER_PUBLISHER):
+            publisher.control(ControlKind.PAUSE, POOL, actor="ops", reason="fence")
+
+    threads = [threading.Thread(target=publish_all, args=(p,)) for p in publishers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for registry in registries:
+        registry.close()
+    assert sent == list(range(1, PUBLISHERS * PER_PUBLISHER + 1))
