@@ -408,7 +408,7 @@ class OverlayClient:
         if data is None:
             return None
         try:
-            payload = open_envelope(data, self.keyring, check_validity=False)
+            payload = open_envelope(data, self.keyring, check_validity=False, accepted_before=True)
         except VerificationError as err:
             log.error("stored_overlay_invalid", overlay_id=overlay_id, reason=err.reason.value)
             return None

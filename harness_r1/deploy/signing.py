@@ -82,30 +82,52 @@ class Signer:
 
 
 class Keyring:
-    """Public keys by key id. Rotation: add the new key, sign with it, drop the old one later."""
+    """Public keys by key id. Rotation: add the new key, sign with it, then move the old one's
+    `.pub` into `retired/`: a retired key verifies only what an agent already accepted (its
+    stored overlay, re-read at restart), never a new message; an overlay signed with it keeps
+    running across restarts until a release signed with the new key replaces it (the daemon
+    re-announces what is live). Deleting the old key instead sends such agents to base."""
 
-    def __init__(self, keys: Mapping[str, Ed25519PublicKey] | None = None) -> None:
+    def __init__(
+        self,
+        keys: Mapping[str, Ed25519PublicKey] | None = None,
+        retired: Mapping[str, Ed25519PublicKey] | None = None,
+    ) -> None:
         self._keys = {_check_key_id(k): v for k, v in (keys or {}).items()}
+        self._retired = {_check_key_id(k): v for k, v in (retired or {}).items()}
 
     @classmethod
     def from_directory(cls, directory: Path) -> Keyring:
-        """Every `<key_id>.pub` (PEM) in DIRECTORY."""
-        keys: dict[str, Ed25519PublicKey] = {}
-        for path in sorted(directory.glob("*.pub")):
-            key = serialization.load_pem_public_key(path.read_bytes())
-            if not isinstance(key, Ed25519PublicKey):
-                raise ValueError(f"{path} is not an Ed25519 public key")
-            keys[path.stem] = key
+        """Every `<key_id>.pub` (PEM) in DIRECTORY, and the retired ones in DIRECTORY/retired."""
+        keys = _load_public_keys(directory)
         if not keys:
             raise ValueError(f"no *.pub keys in {directory}; create them with `keys generate`")
-        return cls(keys)
+        return cls(keys, _load_public_keys(directory / "retired"))
 
     @classmethod
-    def of(cls, signers: Iterable[Signer]) -> Keyring:
-        return cls({s.key_id: s.private_key.public_key() for s in signers})
+    def of(cls, signers: Iterable[Signer], retired: Iterable[Signer] = ()) -> Keyring:
+        return cls(
+            {s.key_id: s.private_key.public_key() for s in signers},
+            {s.key_id: s.private_key.public_key() for s in retired},
+        )
 
-    def get(self, key_id: str) -> Ed25519PublicKey | None:
-        return self._keys.get(key_id)
+    def get(self, key_id: str, *, retired_ok: bool = False) -> Ed25519PublicKey | None:
+        key = self._keys.get(key_id)
+        if key is None and retired_ok:
+            key = self._retired.get(key_id)
+        return key
+
+
+def _load_public_keys(directory: Path) -> dict[str, Ed25519PublicKey]:
+    keys: dict[str, Ed25519PublicKey] = {}
+    if not directory.is_dir():
+        return keys
+    for path in sorted(directory.glob("*.pub")):
+        key = serialization.load_pem_public_key(path.read_bytes())
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError(f"{path} is not an Ed25519 public key")
+        keys[path.stem] = key
+    return keys
 
 
 def generate_keypair(directory: Path, key_id: str) -> tuple[Path, Path]:
@@ -152,15 +174,17 @@ def open_envelope(
     now: datetime | None = None,
     max_clock_skew: timedelta = timedelta(seconds=30),
     check_validity: bool = True,
+    accepted_before: bool = False,
 ) -> SignedPayload:
     """Verify an envelope as received and return its payload, or raise VerificationError.
 
     Order matters: nothing in the payload is trusted (not even parsed) before the signature
     over its bytes has been checked with a key we know. `check_validity=False` is for
     re-reading an overlay this client already accepted (a stored release may be past its
-    acceptance window and still be the overlay in force)."""
+    acceptance window and still be the overlay in force); `accepted_before=True` also lets a
+    retired key verify it (the keyring's rotation rule)."""
     envelope = _parse_envelope(data)
-    key = keyring.get(envelope.key_id)
+    key = keyring.get(envelope.key_id, retired_ok=accepted_before)
     if key is None:
         raise VerificationError(Rejection.UNKNOWN_KEY, f"key_id {envelope.key_id!r} not trusted")
     try:

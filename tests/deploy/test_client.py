@@ -5,12 +5,14 @@ restart."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import structlog
@@ -28,7 +30,7 @@ from harness_r1.deploy.client import (
     OverlayClient,
 )
 from harness_r1.deploy.registry import OverlayState
-from harness_r1.deploy.signing import Signer, VerificationError, open_envelope, seal
+from harness_r1.deploy.signing import Keyring, Signer, VerificationError, open_envelope, seal
 from harness_r1.deploy.state import STATE_FILE, ClientState, Hold, StateStore
 from harness_r1.harness.hooks import HookSet, NoHooks
 
@@ -990,3 +992,42 @@ def test_a_restart_keeps_an_overlay_whose_release_has_expired_by_the_wall_clock(
     assert today.active_overlay_id == a
     with today.lease() as lease:
         assert lease.hooks.overlay_id == a
+
+
+def test_a_retired_key_keeps_the_stored_overlay_across_a_restart_and_nothing_else(
+    rig: Rig,
+) -> None:
+    """Key rotation (issue 18): with the old key moved to `retired/`, a restarted agent comes
+    back on the overlay that key signed (not on base); a new message signed with it is refused
+    as from an unknown key. With the old key gone altogether, the restart falls back to base."""
+    client = rig.client()
+    a = rig.overlay("a")
+    rig.publisher.release(a, actor="x", reason="r")
+    client.sync()
+    client.close()
+    new = Signer("k2", Ed25519PrivateKey.generate())
+    rotated = dataclasses.replace(rig, keyring=Keyring.of([new], retired=[rig.signer]))
+    rig.bus.offline = True
+    again = rotated.client()
+    assert again.active_overlay_id == a  # verified with the retired key: it was accepted before
+    again.close()
+    rig.bus.offline = False
+    b = rig.overlay("b")
+    rig.publisher.release(b, actor="x", reason="signed with the retired key")
+    fresh = rotated.client()
+    fresh.sync()
+    assert fresh.active_overlay_id == a and fresh.rejections == {"unknown_key": 1}
+    fresh.close()
+    gone = dataclasses.replace(rig, keyring=Keyring.of([new]))
+    rig.bus.offline = True
+    assert gone.client().active_overlay_id == "base"
+
+
+def test_keyring_reads_retired_keys_from_their_folder(tmp_path: Path) -> None:
+    from harness_r1.deploy.signing import generate_keypair
+
+    generate_keypair(tmp_path, "new")
+    generate_keypair(tmp_path / "retired", "old")
+    keyring = Keyring.from_directory(tmp_path)
+    assert keyring.get("new") is not None and keyring.get("old") is None
+    assert keyring.get("old", retired_ok=True) is not None
