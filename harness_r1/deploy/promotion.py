@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from harness_r1.contracts import Patch
-from harness_r1.deploy.cohort import fraction_reaching_one
+from harness_r1.deploy.cohort import fraction_with_both_arms
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRecord, OverlayRegistry, OverlayState
 
@@ -93,7 +93,7 @@ class Promoter:
                 active=live or "base",
             )
             return record.overlay_id
-        fraction = fraction_reaching_one(agents(), record.overlay_id, self.rollout_fraction)
+        fraction = fraction_with_both_arms(agents(), record.overlay_id, self.rollout_fraction)
         self.publisher.release(
             record.overlay_id,
             fraction=fraction,

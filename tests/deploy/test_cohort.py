@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness_r1.deploy.cohort import cohort_point, fraction_reaching_one, in_cohort
+from harness_r1.deploy.cohort import cohort_point, fraction_with_both_arms, in_cohort
 
 
 def test_staged_rollout_cohorts_are_stable_and_nested() -> None:
@@ -26,7 +26,7 @@ def _empty_cohort_overlay(agents: list[str], fraction: float) -> str:
 def test_a_fraction_reaching_nobody_is_widened_to_exactly_one_agent() -> None:
     agents = [f"agent-{i}" for i in range(4)]
     overlay = _empty_cohort_overlay(agents, 0.5)
-    widened = fraction_reaching_one(agents, overlay, 0.5)
+    widened = fraction_with_both_arms(agents, overlay, 0.5)
     assert 0.5 < widened < 1.0
     reached = [a for a in agents if in_cohort(a, overlay, widened)]
     assert reached == [min(agents, key=lambda a: cohort_point(a, overlay))]
@@ -37,8 +37,19 @@ def test_a_fraction_that_reaches_someone_or_an_unknown_fleet_is_kept() -> None:
     reaching = next(
         f"ov-{n}" for n in range(1000) if any(in_cohort(a, f"ov-{n}", 0.5) for a in agents)
     )
-    assert fraction_reaching_one(agents, reaching, 0.5) == 0.5
-    assert fraction_reaching_one([], "ov-x", 0.5) == 0.5
+    assert fraction_with_both_arms(agents, reaching, 0.5) == 0.5
+    assert fraction_with_both_arms([], "ov-x", 0.5) == 0.5
     alone = _empty_cohort_overlay(agents[:1], 0.5)  # one agent: widening leaves no control
-    assert fraction_reaching_one(agents[:1], alone, 0.5) == 0.5
-    assert fraction_reaching_one(agents, "ov-x", 1.0) == 1.0
+    assert fraction_with_both_arms(agents[:1], alone, 0.5) == 0.5
+    assert fraction_with_both_arms(agents, "ov-x", 1.0) == 1.0
+
+
+def test_a_fraction_reaching_everybody_is_narrowed_to_keep_one_agent_out() -> None:
+    agents = [f"agent-{i}" for i in range(4)]
+    overlay = next(
+        f"ov-{n}" for n in range(10_000) if all(in_cohort(a, f"ov-{n}", 0.5) for a in agents)
+    )
+    narrowed = fraction_with_both_arms(agents, overlay, 0.5)
+    assert 0.0 < narrowed < 0.5
+    left_out = [a for a in agents if not in_cohort(a, overlay, narrowed)]
+    assert left_out == [max(agents, key=lambda a: cohort_point(a, overlay))]

@@ -307,13 +307,14 @@ def test_rejection_buckets(world: dict[str, Any], tmp_path: Path) -> None:
         "regressive": 1,
         "static:banned_import": 1,
         "unparseable": 1,
-        "violation": 1,
+        # it timed out on every call: the canary's per-overlay budget disabled it (invalid)
+        "invalid": 1,
     }
     assert stats.kept == 1
     rejected = {r["metadata"]["proposal_index"]: r for r in read_jsonl(tmp_path / REJECTED_FILE)}
     assert rejected[2]["metadata"]["delta_success"] < 0
     assert rejected[2]["metadata"]["patched_successes"] == 0
-    assert rejected[3]["reason"] == "violation" and "timeout" in rejected[3]["detail"]
+    assert rejected[3]["reason"] == "invalid" and "hook_budget" in rejected[3]["detail"]
     assert rejected[4]["reason"] == "hook_faults" and "raised" in rejected[4]["detail"]
     assert rejected[0]["metadata"]["status"] is None  # never reached the canary
     [kept] = read_jsonl(tmp_path / DATASET_FILE)

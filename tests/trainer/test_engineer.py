@@ -191,7 +191,7 @@ def test_prompt_states_the_scope_and_banned_names() -> None:
         if not name.startswith("_"):
             assert name in text, name
     assert "similarity(a, b)" in text and "closest(text, options" in text
-    assert "math (all but comb, factorial, perm)" in text
+    assert "math (all but comb, factorial, lcm, perm, prod)" in text
 
 
 def test_every_banned_construct_code_is_in_the_prompt() -> None:
