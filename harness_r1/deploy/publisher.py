@@ -145,7 +145,7 @@ class Publisher:
             )
         to_state = OverlayState.ACTIVE if fraction >= 1.0 else OverlayState.CANARY
         moves = _moves(record.state, to_state)  # refuse an impossible move before sending
-        with self._fence():
+        with self._fence(record.target, "release"):
             issued = self._now()
             payload = OverlayRelease(
                 overlay_id=overlay_id,
@@ -272,7 +272,7 @@ class Publisher:
             state = self.registry.get(overlay_id).state
             if state is not OverlayState.ACTIVE:
                 check_transition(state, OverlayState.ACTIVE)
-        with self._fence():
+        with self._fence(target, "control"):
             issued = self._now()
             payload = ControlCommand(
                 command=command,
@@ -337,13 +337,13 @@ class Publisher:
         return "not_recorded"
 
     @contextmanager
-    def _fence(self) -> Iterator[None]:
-        """The publisher fence: a seq is taken and its message sent (acknowledged) inside one
-        write transaction of the registry, so another process publishing to the same pool waits
-        for the number until this message is out: messages reach the topic in seq order, and
-        an agent never drops a release because a later seq overtook it. A send that fails
-        rolls the number back (no gap)."""
-        with self.registry.transaction():
+    def _fence(self, target: str, stream: str) -> Iterator[None]:
+        """The publisher fence: a seq is taken and its message sent (acknowledged) while this
+        process holds the pool's publish lock (shared through the registry's database, no
+        database lock held meanwhile), so another process publishing to the same pool waits
+        for its number until this message is out: messages reach the topic in seq order, and
+        an agent never drops a release because a later seq overtook it."""
+        with self.registry.held(f"publish:{stream}:{target}"):
             yield
 
     def _publish(self, topic: str, payload: OverlayRelease | ControlCommand) -> None:

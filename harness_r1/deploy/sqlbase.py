@@ -8,13 +8,16 @@ timestamps stored in UTC and read back tz-aware, and short sessions per method.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
+from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event, text
 from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -109,6 +112,7 @@ class SqlDatabase:
         if self._dialect == "sqlite":
             configure_sqlite(self._engine, busy_timeout_ms)
         self._write_engine = self._engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+        self._memory_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -122,6 +126,36 @@ class SqlDatabase:
     def _write(self) -> Iterator[Session]:
         with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
             yield session
+
+    @contextmanager
+    def held(self, name: str) -> Iterator[None]:
+        """Wait for, and hold, a lock named `name` shared by every process on this database,
+        without holding any database lock meanwhile (other writers go on): a PostgreSQL
+        session advisory lock on a connection of its own; on SQLite an flock on a file beside
+        the database (SQLite is one host); in memory, a lock of this object."""
+        if self._dialect == "postgresql":
+            key = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
+            with self._engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                    conn.commit()
+            return
+        database = self._engine.url.database
+        if not database or database == ":memory:":
+            with self._memory_lock:
+                yield
+            return
+        safe = "".join(c if c.isalnum() else "_" for c in name)
+        with open(f"{database}.{safe}.lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextmanager
     def _read(self) -> Iterator[Session]:

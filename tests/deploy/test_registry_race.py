@@ -337,7 +337,7 @@ def test_publishers_in_several_processes_send_in_seq_order(db_url: str) -> None:
     """The publisher fence (issue 18): five publishers, each with its own registry connection
     (as separate processes have), publish controls to one pool at once through a send that
     takes a random while; the topic receives them in seq order, with no gap, because a seq is
-    taken and sent inside one registry write transaction."""
+    taken and sent under the pool's publish lock."""
     OverlayRegistry(db_url).close()  # the tables exist before the publishers race
     sent: list[int] = []
     lock = threading.Lock()
