@@ -130,30 +130,48 @@ class SqlDatabase:
     @contextmanager
     def held(self, name: str) -> Iterator[None]:
         """Wait for, and hold, a lock named `name` shared by every process on this database,
-        without holding any database lock meanwhile (other writers go on): a PostgreSQL
-        session advisory lock on a connection of its own; on SQLite an flock on a file beside
-        the database (SQLite is one host); in memory, a lock of this object."""
+        without holding any database lock meanwhile (other writers go on)."""
+        with self.named_lock(name, wait=True):
+            yield
+
+    @contextmanager
+    def named_lock(self, name: str, *, wait: bool) -> Iterator[bool]:
+        """A lock shared by every process on this database, waited for (`wait`) or only tried
+        (yields False when another process holds it): a PostgreSQL session advisory lock on a
+        connection of its own; on SQLite an flock on a file beside the database (SQLite is one
+        host); in memory, a lock of this object."""
         if self._dialect == "postgresql":
             key = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
+            call = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
             with self._engine.connect() as conn:
-                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+                got = conn.execute(text(f"SELECT {call}(:k)"), {"k": key}).scalar()
+                held = True if wait else bool(got)
                 conn.commit()
                 try:
-                    yield
+                    yield held
                 finally:
-                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                    conn.commit()
+                    if held:
+                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                        conn.commit()
             return
         database = self._engine.url.database
         if not database or database == ":memory:":
-            with self._memory_lock:
-                yield
+            acquired = self._memory_lock.acquire(blocking=wait)
+            try:
+                yield acquired
+            finally:
+                if acquired:
+                    self._memory_lock.release()
             return
         safe = "".join(c if c.isalnum() else "_" for c in name)
         with open(f"{database}.{safe}.lock", "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                yield
+                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 

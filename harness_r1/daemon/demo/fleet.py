@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness_r1.contracts import Patch, TaskSpec, Trajectory
-from harness_r1.daemon.demo.narration import PhaseBar
 from harness_r1.daemon.demo.options import FLEET, DemoOptions
 from harness_r1.deploy.client import MessageSource
 from harness_r1.harness.hooks import HookSet
@@ -48,7 +47,7 @@ class Fleet:
     def on(self, overlay_id: str) -> list[str]:
         return [agent for agent, active in self.overlays().items() if active == overlay_id]
 
-    def play(self, bar: PhaseBar) -> list[Trajectory]:
+    def play(self) -> list[Trajectory]:
         """Every agent plays its share of the tasks under the overlay it runs now, all agents
         at once (each in its own thread, their model calls batched by the shared target).
         Task j always has seed j; the shares rotate from phase to phase, so a cohort of one

@@ -24,6 +24,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,11 +77,11 @@ class Choreography:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def _wait(self, check: object, timeout_s: float, tick_s: float = 0.2) -> bool:
+    def _wait(self, check: Callable[[], bool], timeout_s: float, tick_s: float = 0.2) -> bool:
         """Poll `check()` until true, the timeout or the demo's budget, whichever is first."""
         end = time.monotonic() + max(0.0, min(timeout_s, self.left()))
         while True:
-            if check():  # type: ignore[operator]
+            if check():
                 return True
             if time.monotonic() >= end:
                 return False
@@ -94,7 +95,7 @@ class Choreography:
         with self.narrator.phase(name, total=self.options.phase_episodes) as bar:
             self.trajectory_bar = bar
             try:
-                played = self.fleet.play(bar)
+                played = self.fleet.play()
             finally:
                 self.trajectory_bar = None
             bar.status("waiting for the daemon to store them")

@@ -3,8 +3,6 @@ stands on."""
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,35 +63,9 @@ class StoreCore(SqlDatabase):
     def exclusive(self, name: str) -> Iterator[bool]:
         """Try to hold a named lock shared by every daemon on this database (no waiting):
         yields True when this process holds it. Jobs that must run once per database, not once
-        per daemon (live guard, GRPO update, retention), run only when they get it.
-        PostgreSQL: a session advisory lock; SQLite: an flock on a file beside the database."""
-        if self._dialect == "postgresql":
-            key = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
-            with self._engine.connect() as conn:
-                held = bool(
-                    conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
-                )
-                try:
-                    yield held
-                finally:
-                    if held:
-                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            return
-        database = self._engine.url.database
-        if not database or database == ":memory:":
-            yield True  # one process only
-            return
-        safe = "".join(c if c.isalnum() else "_" for c in name)
-        with open(f"{database}.{safe}.lock", "a+b") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        per daemon (live guard, GRPO update, retention), run only when they get it."""
+        with self.named_lock(name, wait=False) as held:
+            yield held
 
     def schema_version(self) -> int:
         with self._engine.connect() as conn:
