@@ -21,3 +21,4 @@ class HookFaultKind(StrEnum):
     CLOSED = "closed"  # the hook set was closed (an overlay swapped out)
     VETO_LIMIT = "veto_limit"  # the runtime took the model's action after too many vetoes
     DISABLED = "disabled"  # the hook set stopped calling a patch that kept timing out
+    OVER_BUDGET = "over_budget"  # the episode's hook time was spent: the rest ran without hooks

@@ -159,11 +159,20 @@ class CanaryRunners:
                 dtype=loop.target_dtype,
             )
         )
+        sandbox = self.settings.sandbox
         config = RunConfig(
-            agent_id="canary", max_steps=loop.max_steps, history_turns=loop.history_turns
+            agent_id="canary",
+            max_steps=loop.max_steps,
+            history_turns=loop.history_turns,
+            hook_budget_s=sandbox.episode_hook_budget_s,
         )
         return build_canary_runner(
-            get_suite(env), policy, self._data_root(), config, progress=self._progress
+            get_suite(env),
+            policy,
+            self._data_root(),
+            config,
+            sandbox=sandbox.sandbox_config(),
+            progress=self._progress,
         )
 
 

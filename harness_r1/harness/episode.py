@@ -82,7 +82,9 @@ class Episode:
     model_seconds: float = 0.0
     env_seconds: float = 0.0
     hook_seconds: float = 0.0
+    hook_budget_s: float | None = None  # RunConfig.hook_budget_s
     generated_tokens: int = 0
+    _budget_fault_recorded: bool = False
 
     @property
     def active(self) -> bool:
@@ -105,6 +107,8 @@ class Episode:
     def _call(
         self, hook: HookName, ctx: dict[str, Any], faults: list[HookFault]
     ) -> tuple[Any, dict[str, Any]] | None:
+        if self._over_budget(hook, faults):
+            return None
         result = self.spec.hooks.call(hook, ctx, self.state)
         self.hook_seconds += result.seconds
         if result.fault is not None:
@@ -115,6 +119,23 @@ class Episode:
         except JunkResult as err:
             self._fault(hook, "junk", f"state: {err}", faults)
             return None
+
+    def _over_budget(self, hook: HookName, faults: list[HookFault]) -> bool:
+        """The episode's hook time is spent: no more calls, one fault saying so (the first
+        call refused), the rest of the episode runs as on the base harness."""
+        budget = self.hook_budget_s
+        if budget is None or self.hook_seconds < budget:
+            return False
+        if not self._budget_fault_recorded:
+            self._budget_fault_recorded = True
+            self._fault(
+                hook,
+                HookFaultKind.OVER_BUDGET,
+                f"the hooks took {self.hook_seconds:.2f} s of this episode's {budget:g} s "
+                "budget; the rest of the episode ran without them",
+                faults,
+            )
+        return True
 
     def episode_start(self) -> StartEffects:
         if not self.spec.hooks.has(HookName.EPISODE_START):

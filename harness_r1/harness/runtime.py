@@ -49,6 +49,10 @@ class RunConfig:
     max_vetoes_per_step: int = 2
     history_turns: int = 6  # model sees system + first turn + the last N exchanges
     lockstep: int | None = None  # episodes advanced together; None: the policy's max_batch
+    # wall time an episode's hook calls may take in all; past it the rest of the episode runs
+    # without hooks (one `over_budget` fault): a patch slow on every call (each under the
+    # per-call budget) cannot stretch an episode, nor the lockstep batch it shares; None = no cap
+    hook_budget_s: float | None = 5.0
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
@@ -59,6 +63,8 @@ class RunConfig:
             raise ValueError("max_vetoes_per_step and history_turns must be >= 0")
         if self.lockstep is not None and self.lockstep < 1:
             raise ValueError(f"lockstep must be >= 1, got {self.lockstep}")
+        if self.hook_budget_s is not None and self.hook_budget_s <= 0:
+            raise ValueError(f"hook_budget_s must be > 0 (or None), got {self.hook_budget_s}")
 
 
 class HarnessRuntime:
@@ -140,7 +146,12 @@ class HarnessRuntime:
 
     def _start(self, spec: EpisodeSpec, env: Env) -> Episode:
         max_steps = self.config.max_steps or spec.task.max_steps
-        ep = Episode(spec=spec, env=env, view=EpisodeView(task=spec.task, max_steps=max_steps))
+        ep = Episode(
+            spec=spec,
+            env=env,
+            view=EpisodeView(task=spec.task, max_steps=max_steps),
+            hook_budget_s=self.config.hook_budget_s,
+        )
         started = time.perf_counter()
         try:
             observation, info = env.reset(spec.task, seed=spec.seed)

@@ -38,6 +38,7 @@ from harness_r1.contracts import (
     Termination,
     Trajectory,
 )
+from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.policies.base import PolicyError
 from harness_r1.sandbox.compose import CompositionRefused, Link, compose
@@ -199,6 +200,18 @@ def _close(hooks: HookSet) -> None:
     close = getattr(hooks, "close", None)
     if callable(close):
         close()
+
+
+def _over_budget(patched: list[EpisodeOutcome]) -> str | None:
+    """The hooks spent an episode's hook time budget (RunConfig.hook_budget_s): those episodes
+    ran partly without the patch, so their outcome is not the patch's."""
+    spent = sum(1 for outcome in patched if outcome.faults.get(HookFaultKind.OVER_BUDGET))
+    if not spent:
+        return None
+    return (
+        f"the hooks spent an episode's hook time budget in {spent} of {len(patched)} "
+        "episodes: keep every hook call to a few milliseconds"
+    )
 
 
 def _refused(hooks: HookSet) -> bool:
@@ -467,7 +480,7 @@ class CanaryRunner:
         for outcome in patched:
             events.update(outcome.faults)
             effects.update(outcome.effects)
-        disabled = getattr(hooks, "disabled_reason", None)
+        disabled = getattr(hooks, "disabled_reason", None) or _over_budget(patched)
         if disabled:
             # over the per-overlay budget: not judged on episodes it ran only partly; invalid,
             # with the reason in the engineer's terms

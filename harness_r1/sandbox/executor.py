@@ -100,6 +100,10 @@ class SandboxConfig:
     uid: int = 65534  # the worker drops to this uid/gid when started as root
     gid: int = 65534
     min_landlock_abi: int = 1
+    # started as non-root the worker cannot take a uid of its own: the uid layer fails (every
+    # patch refused) unless this accepts that it shares the daemon's uid (Landlock's read denial
+    # then is what keeps it out of the daemon's /proc files); said in a metric and a log line
+    accept_shared_uid: bool = False
     allow_unisolated: bool = False  # development only: run even if a layer is missing
     python: str = sys.executable
     restart_backoff_s: float = 0.5  # after a failed start, doubling up to 30 s
@@ -497,6 +501,7 @@ class IsolatedHooks:
             uid=cfg.uid,
             gid=cfg.gid,
             min_landlock_abi=cfg.min_landlock_abi,
+            accept_shared_uid=cfg.accept_shared_uid,
             fail_layer=cfg.fail_layer,
         )
         boot = {
@@ -553,7 +558,10 @@ class IsolatedHooks:
         worker.report = self.report = report
         if self.metrics is not None:
             self.metrics.isolated.set(1 if report.isolated else 0)
+            self.metrics.shared_uid.set(1 if report.shared_uid and report.isolated else 0)
             self.metrics.event("starts")
+        if report.shared_uid and report.isolated:
+            _say_shared_uid_once(report.uid)
         if not report.isolated:
             failed = "; ".join(f"{k}: {v}" for k, v in report.failed.items())
             if not cfg.allow_unisolated:
@@ -618,6 +626,22 @@ class IsolatedHooks:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+_shared_uid_said = threading.Event()
+
+
+def _say_shared_uid_once(uid: int) -> None:
+    """One warning per process, not per worker start: an agent restarts workers all day."""
+    if not _shared_uid_said.is_set():
+        _shared_uid_said.set()
+        log.warning(
+            "sandbox.shared_uid_accepted",
+            uid=uid,
+            note="hook workers run with this process's uid (accept_shared_uid): Landlock's "
+            "read denial is the barrier to this process's /proc files; run as root for a "
+            "uid of their own",
+        )
 
 
 def isolated_hooks_factory(

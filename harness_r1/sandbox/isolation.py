@@ -11,7 +11,8 @@ Order and why:
 3. fds         close every inherited descriptor except the protocol pipes and stderr
 4. cwd         chdir into a fresh empty directory, then remove it (nothing can be created there)
 5. rlimits     address space, CPU, open files, file size 0, no core, no processes, no memlock
-6. uid         drop to an unprivileged uid/gid (65534) when started as root; setgroups([]) first
+6. uid         drop to an unprivileged uid/gid (65534) when started as root; setgroups([]) first;
+               started as another user: failed, unless accept_shared_uid says to keep that uid
 7. nnp         prctl(PR_SET_NO_NEW_PRIVS): no privilege gain through exec, required by Landlock
 8. landlock    deny every filesystem write and exec (reads stay allowed); ABI>=4: deny TCP
                bind/connect; ABI>=6: scope signals and abstract unix sockets to the worker
@@ -211,6 +212,7 @@ class IsolationReport:
     uid: int = -1
     gid: int = -1
     landlock_abi: int = 0
+    shared_uid: bool = False  # started as non-root: the worker has its parent's uid
 
     @property
     def isolated(self) -> bool:
@@ -248,6 +250,7 @@ class IsolationReport:
             uid=int(data.get("uid", -1)),
             gid=int(data.get("gid", -1)),
             landlock_abi=int(data.get("landlock_abi", 0)),
+            shared_uid=bool(data.get("shared_uid", False)),
         )
 
 
@@ -261,6 +264,7 @@ class IsolationSettings:
     uid: int = 65534
     gid: int = 65534
     min_landlock_abi: int = 1
+    accept_shared_uid: bool = False  # not root: run with the parent's uid (see drop_privileges)
     fail_layer: str = ""  # testing only: pretend this layer failed (proves fail-closed paths)
 
 
@@ -341,9 +345,22 @@ def set_rlimits(settings: IsolationSettings) -> str:
     return " ".join(done)
 
 
-def drop_privileges(uid: int, gid: int) -> str:
+def drop_privileges(uid: int, gid: int, accept_shared_uid: bool = False) -> str:
+    """Become `uid`/`gid` when started as root. Started as another user the worker keeps the
+    uid of the process that started it, and with it the right to read that process's /proc
+    files (environ: where API keys live) were any other layer to fail: a failed layer unless
+    the operator accepted it (`accept_shared_uid`), with Landlock's read denial the barrier."""
     if os.geteuid() != 0 and os.getuid() != 0:
-        return f"not root: stays uid {os.getuid()} gid {os.getgid()}"
+        if accept_shared_uid:
+            return (
+                f"not root: shares uid {os.getuid()} with its parent, accepted by setting "
+                "(accept_shared_uid); Landlock's read denial keeps the parent's /proc closed"
+            )
+        raise LayerError(
+            f"not root: the worker would share uid {os.getuid()} with the process that started "
+            "it; start that process as root (the worker drops to an unprivileged uid) or set "
+            "sandbox accept_shared_uid to accept a shared uid"
+        )
     try:
         os.setgroups([])
         os.setresgid(gid, gid, gid)
@@ -504,7 +521,7 @@ def apply_seccomp(deny: Iterable[str] = SECCOMP_DENY) -> str:
 
 def apply_all(settings: IsolationSettings, keep_fds: Iterable[int]) -> IsolationReport:
     """Apply every layer in order; a failing layer is recorded and the next one still tried."""
-    report = IsolationReport()
+    report = IsolationReport(shared_uid=os.geteuid() != 0 and os.getuid() != 0)
     keep = tuple(keep_fds)
 
     def landlock() -> str:
@@ -517,7 +534,7 @@ def apply_all(settings: IsolationSettings, keep_fds: Iterable[int]) -> Isolation
         ("fds", lambda: close_fds(keep)),
         ("cwd", enter_empty_dir),
         ("rlimits", lambda: set_rlimits(settings)),
-        ("uid", lambda: drop_privileges(settings.uid, settings.gid)),
+        ("uid", lambda: drop_privileges(settings.uid, settings.gid, settings.accept_shared_uid)),
         ("nnp", set_no_new_privs),
         ("landlock", landlock),
         ("seccomp", apply_seccomp),

@@ -17,6 +17,12 @@ class SandboxMetrics:
             "1 when hook workers start with every isolation layer, 0 when isolation is missing",
             registry=registry,
         )
+        self.shared_uid = Gauge(
+            "harness_r1_sandbox_shared_uid",
+            "1 when hook workers run isolated but with the daemon's own uid (started as "
+            "non-root with accept_shared_uid), 0 when they have a uid of their own",
+            registry=registry,
+        )
         self.events = Counter(
             "harness_r1_sandbox_events",
             "Sandbox events by kind (timeouts, crashes, violations, refusals, restarts, ...)",

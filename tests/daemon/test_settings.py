@@ -272,3 +272,19 @@ def test_the_defaults_are_the_domain_configs_own() -> None:
     assert loop_config(settings) == LoopConfig()
     assert settings.loop.history_turns == RunConfig(agent_id="x").history_turns
     assert settings.loop.max_new_tokens == SamplingConfig().max_new_tokens
+
+
+def test_sandbox_options_reach_the_canary_workers(clean_env: pytest.MonkeyPatch) -> None:
+    """The defaults are the sandbox's own; a non-root deployment accepts a shared uid with
+    one variable, and the episode hook budget can be lifted with null."""
+    from harness_r1.harness.runtime import RunConfig
+    from harness_r1.sandbox.executor import SandboxConfig
+
+    assert Settings().sandbox.sandbox_config() == SandboxConfig()
+    assert Settings().sandbox.episode_hook_budget_s == RunConfig().hook_budget_s
+    clean_env.setenv("HARNESS_R1_SANDBOX__ACCEPT_SHARED_UID", "true")
+    clean_env.setenv("HARNESS_R1_SANDBOX__MAX_TIMEOUTS", "5")
+    settings = Settings(sandbox={"episode_hook_budget_s": None})
+    config = settings.sandbox.sandbox_config()
+    assert config.accept_shared_uid and config.max_timeouts == 5
+    assert settings.sandbox.episode_hook_budget_s is None

@@ -6,6 +6,7 @@ envs get their own tests and a real-model episode in tests/integration.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +326,36 @@ def test_a_finished_slot_takes_the_next_episode_at_once() -> None:
     # rounds: (A, B) -> A ends, C joins: (B, C) -> C ends: (B) -> 3 batched calls, not 4
     assert policy.calls == 3 and len(envs) == 2
     assert done == ["open-at-0", "open-at-0", "open-at-2"]
+
+
+def test_a_slow_patch_spends_the_episodes_hook_budget_then_runs_without_hooks() -> None:
+    """Each call under any per-call budget, but together past the episode's hook time: the
+    calls stop, one `over_budget` fault says so, and the episode finishes on the base
+    harness (the rest of the lockstep batch is not held up by the slow patch)."""
+    calls: list[str] = []
+
+    def slow(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        calls.append(ctx["proposed_action"])
+        time.sleep(0.05)
+        return {"effect": "allow"}
+
+    hooks = InProcessHooks("ov-slow", {HookName.PRE_ACTION: slow})
+    trajectory, env = _run(ScriptedPolicy(["ACTION: look"]), hooks, hook_budget_s=0.12)
+    assert trajectory.outcome.steps == 5 and env.actions == ["look"] * 5
+    assert len(calls) == 3  # 0.05 + 0.05 + 0.05 >= 0.12: the fourth call is not made
+    faults = [f for step in trajectory.steps for f in step.faults]
+    assert [(f.hook, f.reason) for f in faults] == [(HookName.PRE_ACTION, "over_budget")]
+    assert "0.12 s budget" in faults[0].detail
+
+
+def test_without_a_hook_budget_every_call_is_made() -> None:
+    calls: list[int] = []
+
+    def slow(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        calls.append(1)
+        time.sleep(0.02)
+        return None
+
+    hooks = InProcessHooks("ov-slow", {HookName.PRE_ACTION: slow})
+    trajectory, _ = _run(ScriptedPolicy(["ACTION: look"]), hooks, hook_budget_s=None)
+    assert len(calls) == 5 and not [f for s in trajectory.steps for f in s.faults]

@@ -871,3 +871,36 @@ def test_a_candidate_that_times_out_every_call_is_disabled_and_the_others_finish
     assert by_id["open"].status == "evaluated" and by_id["open"].delta_success == 0.5
     # 3 timed-out calls (0.3 s each, plus the kill and restart), not one per step of 8 episodes
     assert elapsed < 3 * (0.3 + 1.0) + 5.0, elapsed
+
+
+BUSY = patch(
+    "def hook(ctx, state):\n"
+    "    n = int('4' + '0' * 6)\n"
+    "    t = 0\n"
+    "    for i in range(n):\n"
+    "        t += i\n"
+    "    return {'effect': 'force', 'text': 'open door'} if ctx['step'] >= 3 else None\n"
+)
+
+
+def test_a_candidate_that_spends_the_episode_hook_budget_is_invalid() -> None:
+    """Every call inside the per-call budget, but together over the episode's hook time: the
+    episodes finish without the patch after that (one `over_budget` fault each) and the
+    candidate is invalid, not credited or blamed for episodes it ran only partly."""
+    policy = ScriptedPolicy(["ACTION: dance"])
+    run = RunConfig(lockstep=32, hook_budget_s=0.12)  # ~0.1 s a call here
+    runtime = HarnessRuntime(SUITE, policy, Path("."), run)
+    sandbox = SandboxConfig(call_budget_s=3.0)
+
+    def factory(p: Patch, candidate_id: str) -> HookSet:
+        return IsolatedHooks(p, sandbox, overlay_id=candidate_id)
+
+    canary = CanaryRunner(runtime, factory, validator, CanaryConfig(), BaselineCache())
+    report = canary.evaluate(BATCH, [Candidate("busy", BUSY), Candidate("open", OPEN)])
+    by_id = {c.candidate_id: c for c in report.candidates}
+    busy = by_id["busy"]
+    assert busy.status == "invalid", busy
+    assert busy.invalid_reason is not None
+    assert busy.invalid_reason.startswith("hook_budget: the hooks spent an episode's hook time")
+    assert busy.sandbox_events["over_budget"] == 8  # once per episode, never more
+    assert by_id["open"].status == "evaluated" and by_id["open"].delta_success == 0.5

@@ -105,7 +105,7 @@ def build_fleet(
     from harness_r1.envs import get_suite
     from harness_r1.harness import HarnessRuntime, RunConfig
     from harness_r1.harness.tasks import spread
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox.executor import IsolatedHooks
 
     suite = get_suite(options.env)
     target = SharedPolicy(policy)
@@ -114,7 +114,7 @@ def build_fleet(
     topics = [settings.release_topic, settings.control_topic]
 
     def hooks(patch: Patch, overlay_id: str) -> HookSet:
-        return IsolatedHooks(patch, SandboxConfig(), overlay_id=overlay_id)
+        return IsolatedHooks(patch, settings.sandbox.sandbox_config(), overlay_id=overlay_id)
 
     def source(positions: Mapping[str, int]) -> MessageSource:
         return BroadcastReader(kafka, topics, positions)

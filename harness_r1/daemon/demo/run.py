@@ -4,6 +4,7 @@ down again within a few seconds whatever happened (Ctrl-C and SIGTERM included).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -217,6 +218,7 @@ def demo_settings(
         GuardOptions,
         LoopOptions,
         MetricsOptions,
+        SandboxOptions,
         SchedulerOptions,
         Settings,
     )
@@ -257,6 +259,10 @@ def demo_settings(
             promote_probability=options.promote_probability,
         ),
         scheduler=SchedulerOptions(flush_interval_s=86_400, guard_interval_s=1),
+        # a developer's laptop runs the demo as a user: the workers share that uid (Landlock
+        # still denies them every read; the log says so once); a production daemon as a user
+        # must accept this in its settings, knowingly
+        sandbox=SandboxOptions(accept_shared_uid=os.geteuid() != 0),
         metrics=MetricsOptions(port=0, log_level="info"),
     )
 

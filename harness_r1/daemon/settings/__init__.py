@@ -20,6 +20,7 @@ from harness_r1.daemon.settings.groups import (
     KafkaOptions,
     LoopOptions,
     MetricsOptions,
+    SandboxOptions,
     SchedulerOptions,
 )
 from harness_r1.daemon.settings.model import Settings, load_settings
@@ -33,6 +34,7 @@ __all__ = [
     "KafkaOptions",
     "LoopOptions",
     "MetricsOptions",
+    "SandboxOptions",
     "SchedulerOptions",
     "Settings",
     "SettingsError",

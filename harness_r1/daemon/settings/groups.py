@@ -1,5 +1,5 @@
-"""The nested settings groups (kafka, loop, scheduler, guard, metrics). The loop, gate, guard
-and target fields take their defaults from the domain configs they configure."""
+"""The nested settings groups (kafka, loop, scheduler, guard, sandbox, metrics). The loop,
+gate, guard and target fields take their defaults from the domain configs they configure."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.deploy.guard import GuardConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.runtime import RunConfig
+from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.sandbox.gate import GateConfig
 
 
@@ -445,6 +446,42 @@ class GuardOptions(_Group):
                 "make max_episodes >= min_episodes (e.g. 20 and 400)"
             )
         return self
+
+
+class SandboxOptions(_Group):
+    """How the canary's hook workers run candidates (see harness_r1/sandbox/executor.py)."""
+
+    accept_shared_uid: bool = Field(
+        default=SandboxConfig.accept_shared_uid,
+        description="Started as non-root, hook workers cannot take a uid of their own and "
+        "every patch is refused; true accepts that they share the daemon's uid (Landlock's "
+        "read denial then keeps them out of the daemon's /proc files). Reported as "
+        "harness_r1_sandbox_shared_uid and one log line. Needed for a non-root container.",
+    )
+    call_budget_s: float = Field(
+        default=SandboxConfig.call_budget_s,
+        gt=0,
+        description="Wall clock one hook call may take (the worker is killed past it).",
+    )
+    max_timeouts: int = Field(
+        default=SandboxConfig.max_timeouts,
+        ge=0,
+        description="Timeouts after which a candidate's hooks are no longer called in a "
+        "canary and the candidate is invalid (0 = never).",
+    )
+    episode_hook_budget_s: float | None = Field(
+        default=RunConfig.hook_budget_s,
+        gt=0,
+        description="Wall clock all hook calls of one episode may take together; past it the "
+        "episode runs on without them and the candidate is invalid (null = no cap).",
+    )
+
+    def sandbox_config(self) -> SandboxConfig:
+        return SandboxConfig(
+            accept_shared_uid=self.accept_shared_uid,
+            call_budget_s=self.call_budget_s,
+            max_timeouts=self.max_timeouts,
+        )
 
 
 class MetricsOptions(_Group):

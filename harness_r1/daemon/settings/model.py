@@ -22,6 +22,7 @@ from harness_r1.daemon.settings.groups import (
     KafkaOptions,
     LoopOptions,
     MetricsOptions,
+    SandboxOptions,
     SchedulerOptions,
 )
 from harness_r1.daemon.settings.sources import YamlSource, config_file, config_path
@@ -69,6 +70,9 @@ class Settings(BaseSettings):
         default_factory=SchedulerOptions, description="Periodic jobs."
     )
     guard: GuardOptions = Field(default_factory=GuardOptions, description="The live guard.")
+    sandbox: SandboxOptions = Field(
+        default_factory=SandboxOptions, description="The canary's hook workers."
+    )
     metrics: MetricsOptions = Field(
         default_factory=MetricsOptions, description="Metrics and health endpoints, logging."
     )
