@@ -80,6 +80,8 @@ FAULT_COUNTERS: dict[str, str] = {
     HookFaultKind.DISABLED: "disabled",
 }
 FAULTS = tuple(FAULT_COUNTERS)
+# the faults that end the worker (a restart for the next call), by the words of the reason
+_KILLING = {"timeout": "timeouts", "crash": "crashes", "memory fault": "memory"}
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,11 @@ class SandboxConfig:
     allow_unisolated: bool = False  # development only: run even if a layer is missing
     python: str = sys.executable
     restart_backoff_s: float = 0.5  # after a failed start, doubling up to 30 s
-    # per-overlay budget: after this many timeouts the hook set stops calling the patch (every
-    # later call ends `disabled` at once), so one slow candidate cannot hold up the lockstep
-    # episodes of the others with a kill and a restart per call; 0 = never
-    max_timeouts: int = 3
+    # per-overlay budget: after this many calls that cost the worker (timeouts, crashes,
+    # memory faults) the hook set stops calling the patch (every later call ends `disabled` at
+    # once), so one slow candidate cannot hold up the lockstep episodes of the others with a
+    # kill and a restart per call; 0 = never
+    max_worker_kills: int = 3
     enable_probe: bool = False  # tests/diagnostics: the worker answers `probe` requests
     fail_layer: str = ""  # tests only: make the worker report this layer as failed
 
@@ -138,6 +141,10 @@ class _Worker:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+
+def _plural(noun: str) -> str:
+    return noun + ("es" if noun.endswith("sh") else "s")
 
 
 def _reject_constant(name: str) -> Any:
@@ -349,15 +356,23 @@ class IsolatedHooks:
         return isinstance(rss, int | float) and rss > self.config.worker_rss_mb
 
     def _disable_if_over_budget(self) -> None:
-        limit = self.config.max_timeouts
-        timeouts = self.events.get("timeouts", 0)
-        if limit and timeouts >= limit and self.disabled_reason is None:
+        """Every timeout, crash or memory fault costs a worker kill and a restart; past
+        `max_worker_kills` of them the patch is not called again (a patch that kills its worker
+        on every call would otherwise restart it on every call, at the pace of the episodes)."""
+        limit = self.config.max_worker_kills
+        kills = {name: self.events.get(counter, 0) for name, counter in _KILLING.items()}
+        total = sum(kills.values())
+        if limit and total >= limit and self.disabled_reason is None:
+            said = ", ".join(
+                f"{n} {name if n == 1 else _plural(name)}" for name, n in kills.items() if n
+            )
             self.disabled_reason = (
-                f"disabled after {timeouts} timeouts (budget {self.config.call_budget_s:g} s "
-                "a call): make each hook call fast, with bounded loops and no backtracking regex"
+                f"disabled after {said} (budget {self.config.call_budget_s:g} s "
+                f"and {self.config.memory_mb} MB a call): make each hook call fast and small, "
+                "with bounded loops and no backtracking regex"
             )
             self._discard_worker()
-            log.info("sandbox.overlay_disabled", overlay=self.overlay_id, timeouts=timeouts)
+            log.info("sandbox.overlay_disabled", overlay=self.overlay_id, kills=kills)
 
     def _count_fault(self, kind: str, fault: _Fault) -> None:
         counter = FAULT_COUNTERS.get(kind, kind)

@@ -283,8 +283,8 @@ def test_sandbox_options_reach_the_canary_workers(clean_env: pytest.MonkeyPatch)
     assert Settings().sandbox.sandbox_config() == SandboxConfig()
     assert Settings().sandbox.episode_hook_budget_s == RunConfig().hook_budget_s
     clean_env.setenv("HARNESS_R1_SANDBOX__ACCEPT_SHARED_UID", "true")
-    clean_env.setenv("HARNESS_R1_SANDBOX__MAX_TIMEOUTS", "5")
+    clean_env.setenv("HARNESS_R1_SANDBOX__MAX_WORKER_KILLS", "5")
     settings = Settings(sandbox={"episode_hook_budget_s": None})
     config = settings.sandbox.sandbox_config()
-    assert config.accept_shared_uid and config.max_timeouts == 5
+    assert config.accept_shared_uid and config.max_worker_kills == 5
     assert settings.sandbox.episode_hook_budget_s is None

@@ -847,12 +847,12 @@ SLOW = patch(
 
 
 def test_a_candidate_that_times_out_every_call_is_disabled_and_the_others_finish() -> None:
-    """The per-overlay budget: after `max_timeouts` the slow candidate's hook set answers
+    """The per-overlay budget: after `max_worker_kills` the slow candidate's hook set answers
     `disabled` at once, so the lockstep episodes of the other candidates are not held up by a
     kill and a restart per call; the slow one is invalid with a reason the engineer can use."""
     policy = ScriptedPolicy(["ACTION: dance"])
     runtime = HarnessRuntime(SUITE, policy, Path("."), RunConfig(lockstep=32))
-    sandbox = SandboxConfig(call_budget_s=0.3, max_timeouts=3)
+    sandbox = SandboxConfig(call_budget_s=0.3, max_worker_kills=3)
 
     def factory(p: Patch, candidate_id: str) -> HookSet:
         return IsolatedHooks(p, sandbox, overlay_id=candidate_id)

@@ -28,7 +28,8 @@ PROJECT = Path(__file__).resolve().parents[2]
 NOBODY_ELSE = 65533
 SECRET = "hr1-shared-uid-secret"
 
-PROBE = """
+PROBE = (
+    """
 import json, os, sys
 from prometheus_client import CollectorRegistry
 from harness_r1.contracts import HookCode, Patch
@@ -49,7 +50,9 @@ with IsolatedHooks(patch, config, metrics=SandboxMetrics(registry)) as hs:
         out["probe"] = hs.probe()
 out["shared_uid_metric"] = registry.get_sample_value("harness_r1_sandbox_shared_uid")
 print("RESULT " + json.dumps(out))
-""" % SECRET  # noqa: UP031 - the script's own braces stay literal
+"""
+    % SECRET
+)  # noqa: UP031 - the script's own braces stay literal
 
 
 def _system_python() -> str | None:

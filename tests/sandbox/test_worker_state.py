@@ -134,7 +134,7 @@ def test_a_large_host_does_not_make_its_workers_look_large() -> None:
     del ballast
 
 
-def test_after_max_timeouts_the_hook_set_answers_disabled_at_once() -> None:
+def test_after_max_worker_kills_the_hook_set_answers_disabled_at_once() -> None:
     slow = (
         "def hook(ctx, state):\n"
         "    n = int('1' + '0' * 8)\n"
@@ -143,7 +143,7 @@ def test_after_max_timeouts_the_hook_set_answers_disabled_at_once() -> None:
         "        t += i\n"
         "    return t\n"
     )
-    config = SandboxConfig(call_budget_s=0.3, max_timeouts=2)
+    config = SandboxConfig(call_budget_s=0.3, max_worker_kills=2)
     with IsolatedHooks.from_sources({PRE: slow}, config) as hs:
         faults = [hs.call(PRE, {"step": i}, {}).fault for i in range(2)]
         assert faults == ["timeout", "timeout"]
@@ -152,3 +152,26 @@ def test_after_max_timeouts_the_hook_set_answers_disabled_at_once() -> None:
         assert later.fault == "disabled" and "after 2 timeouts" in later.detail
         assert later.seconds < 0.05 and hs.worker_pid is None  # no worker started again
         assert hs.events["restarts"] == 1 and hs.events["disabled"] == 1
+
+
+def test_timeouts_and_memory_faults_count_together_against_the_worker_kill_budget() -> None:
+    """Both end the worker (a restart for the next call): a patch alternating them must not
+    restart its worker forever."""
+    code = (
+        "def hook(ctx, state):\n"
+        "    if ctx['step'] % 2:\n"
+        "        return len('x' * int('9' + '0' * 9))\n"
+        "    n = int('1' + '0' * 8)\n"
+        "    t = 0\n"
+        "    for i in range(n):\n"
+        "        t += i\n"
+        "    return t\n"
+    )
+    config = SandboxConfig(call_budget_s=0.3, max_worker_kills=2)
+    with IsolatedHooks.from_sources({PRE: code}, config) as hs:
+        faults = [hs.call(PRE, {"step": i}, {}).fault for i in range(2)]
+        assert faults == ["timeout", "memory"]
+        later = hs.call(PRE, {"step": 2}, {})
+        assert later.fault == "disabled", later
+        assert "after 1 timeout, 1 memory fault" in later.detail
+        assert hs.worker_pid is None

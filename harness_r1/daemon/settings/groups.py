@@ -463,11 +463,12 @@ class SandboxOptions(_Group):
         gt=0,
         description="Wall clock one hook call may take (the worker is killed past it).",
     )
-    max_timeouts: int = Field(
-        default=SandboxConfig.max_timeouts,
+    max_worker_kills: int = Field(
+        default=SandboxConfig.max_worker_kills,
         ge=0,
-        description="Timeouts after which a candidate's hooks are no longer called in a "
-        "canary and the candidate is invalid (0 = never).",
+        description="Calls that cost the worker (timeouts, crashes, memory faults) after "
+        "which a candidate's hooks are no longer called in a canary and the candidate is "
+        "invalid (0 = never).",
     )
     episode_hook_budget_s: float | None = Field(
         default=RunConfig.hook_budget_s,
@@ -480,7 +481,7 @@ class SandboxOptions(_Group):
         return SandboxConfig(
             accept_shared_uid=self.accept_shared_uid,
             call_budget_s=self.call_budget_s,
-            max_timeouts=self.max_timeouts,
+            max_worker_kills=self.max_worker_kills,
         )
 
 
