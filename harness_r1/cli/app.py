@@ -24,6 +24,7 @@ from harness_r1.cli.measure import canary_command, eval_command
 from harness_r1.cli.overlay import keys_app, overlay_app
 from harness_r1.cli.run import demo, run_daemon
 from harness_r1.cli.settings import use_root_config
+from harness_r1.cli.topics import topics_app
 from harness_r1.cli.train import train_app
 
 #: The help panels, in the order an operator meets the commands.
@@ -62,6 +63,7 @@ app.command("run", rich_help_panel=RUN)(run_daemon)
 app.add_typer(config_app, name="config", rich_help_panel=RUN)
 app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
 app.add_typer(deadletter_app, name="deadletter", rich_help_panel=RUN)
+app.add_typer(topics_app, name="topics", rich_help_panel=RUN)
 
 app.add_typer(overlay_app, name="overlay", rich_help_panel=OVERLAYS)
 app.add_typer(keys_app, name="keys", rich_help_panel=OVERLAYS)

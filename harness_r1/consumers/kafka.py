@@ -18,8 +18,9 @@ Topics are created explicitly (`ensure_topics`), never on first use: producers a
 built with auto-creation off, so a typo fails loudly instead of creating a topic with the
 broker's default partition count.
 
-Why one module of 691 lines: the one adapter to kafka-python (client settings, security, topics,
-reading, positions); nothing else imports kafka-python, so a client change stays here.
+Why one module of 705 lines: the one adapter to kafka-python (client settings, security, topics,
+reading, positions); only topics.py (an operator's topic provisioning) imports kafka-python
+besides, so a client change stays here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -186,6 +187,21 @@ class _Admin(KafkaAdminClient):  # type: ignore[misc,unused-ignore]
         except BaseException:
             _release_partial(self)
             raise
+
+
+@contextlib.contextmanager
+def admin_client(settings: KafkaSettings, what: str = "admin") -> Iterator[Any]:
+    """A KafkaAdminClient built like every other client here, closed on the way out; raises
+    KafkaUnavailableError when the broker does not answer (for topics.py)."""
+    try:
+        admin = _Admin(**_client_config(settings))
+    except KafkaError as exc:
+        raise _unavailable(settings, what, exc) from exc
+    try:
+        yield admin
+    finally:
+        with contextlib.suppress(Exception):
+            admin.close()
 
 
 def _unavailable(settings: KafkaSettings, what: str, exc: BaseException) -> KafkaUnavailableError:

@@ -94,11 +94,6 @@ class KafkaOptions(_Group):
         min_length=1,
         description="Loop events (packets, candidates, gate decisions) for other consumers.",
     )
-    canary_topic: str = Field(
-        default="harness-r1.canary-work",
-        min_length=1,
-        description="Canary work items leased by canary workers.",
-    )
     stuck_after_s: float = Field(
         default=60.0,
         gt=0,
