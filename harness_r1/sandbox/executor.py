@@ -80,8 +80,10 @@ FAULT_COUNTERS: dict[str, str] = {
     HookFaultKind.DISABLED: "disabled",
 }
 FAULTS = tuple(FAULT_COUNTERS)
-# the faults that end the worker (a restart for the next call), by the words of the reason
-_KILLING = {"timeout": "timeouts", "crash": "crashes", "memory fault": "memory"}
+# the faults a call of the patch itself causes that end the worker (a restart for the next
+# call), by the words of the reason; crashes are not among them: a worker killed from outside
+# (the OOM killer, an operator) or one that cannot start says nothing about the patch
+_KILLING = {"timeout": "timeouts", "memory fault": "memory"}
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,8 @@ class SandboxConfig:
     allow_unisolated: bool = False  # development only: run even if a layer is missing
     python: str = sys.executable
     restart_backoff_s: float = 0.5  # after a failed start, doubling up to 30 s
-    # per-overlay budget: after this many calls that cost the worker (timeouts, crashes,
-    # memory faults) the hook set stops calling the patch (every later call ends `disabled` at
+    # per-overlay budget: after this many calls that cost the worker (timeouts, memory
+    # faults) the hook set stops calling the patch (every later call ends `disabled` at
     # once), so one slow candidate cannot hold up the lockstep episodes of the others with a
     # kill and a restart per call; 0 = never
     max_worker_kills: int = 3
@@ -141,10 +143,6 @@ class _Worker:
     @property
     def pid(self) -> int:
         return self.proc.pid
-
-
-def _plural(noun: str) -> str:
-    return noun + ("es" if noun.endswith("sh") else "s")
 
 
 def _reject_constant(name: str) -> Any:
@@ -356,7 +354,7 @@ class IsolatedHooks:
         return isinstance(rss, int | float) and rss > self.config.worker_rss_mb
 
     def _disable_if_over_budget(self) -> None:
-        """Every timeout, crash or memory fault costs a worker kill and a restart; past
+        """Every timeout or memory fault costs a worker kill and a restart; past
         `max_worker_kills` of them the patch is not called again (a patch that kills its worker
         on every call would otherwise restart it on every call, at the pace of the episodes)."""
         limit = self.config.max_worker_kills
@@ -364,7 +362,7 @@ class IsolatedHooks:
         total = sum(kills.values())
         if limit and total >= limit and self.disabled_reason is None:
             said = ", ".join(
-                f"{n} {name if n == 1 else _plural(name)}" for name, n in kills.items() if n
+                f"{n} {name}{'' if n == 1 else 's'}" for name, n in kills.items() if n
             )
             self.disabled_reason = (
                 f"disabled after {said} (budget {self.config.call_budget_s:g} s "
@@ -660,13 +658,13 @@ def _say_shared_uid_once(uid: int) -> None:
 
 
 def isolated_hooks_factory(
-    config: SandboxConfig | None = None,
+    config: SandboxConfig | None = None, metrics: SandboxMetrics | None = None
 ) -> Callable[[Patch, str], IsolatedHooks]:
     """The canary's hook-set factory: each candidate's patch in its own isolated worker, the
-    candidate id as the overlay id stamped on its trajectories."""
+    candidate id as the overlay id stamped on its trajectories; `metrics` counts their events."""
     sandbox = config or SandboxConfig()
 
     def factory(patch: Patch, candidate_id: str) -> IsolatedHooks:
-        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id)
+        return IsolatedHooks(patch, sandbox, overlay_id=candidate_id, metrics=metrics)
 
     return factory

@@ -461,7 +461,7 @@ class SandboxOptions(_Group):
     max_worker_kills: int = Field(
         default=SandboxConfig.max_worker_kills,
         ge=0,
-        description="Calls that cost the worker (timeouts, crashes, memory faults) after "
+        description="Calls that cost the worker (timeouts, memory faults) after "
         "which a candidate's hooks are no longer called in a canary and the candidate is "
         "invalid (0 = never).",
     )
