@@ -28,8 +28,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 NOBODY_ELSE = 65533
 SECRET = "hr1-shared-uid-secret"
 
-PROBE = (
-    """
+PROBE = """
 import json, os, sys
 from prometheus_client import CollectorRegistry
 from harness_r1.contracts import HookCode, Patch
@@ -40,7 +39,8 @@ code = "def hook(ctx, state):\\n    return None\\n"
 patch = Patch(env="any", hooks=[HookCode(hook="pre_action", code=code)])
 config = SandboxConfig(accept_shared_uid=accept, enable_probe=True, python=sys.executable)
 registry = CollectorRegistry()
-out = {"uid": os.getuid(), "environ_has_secret": "%s" in open("/proc/self/environ").read()}
+secret = os.environ["HR1_SECRET"]
+out = {"uid": os.getuid(), "environ_has_secret": secret in open("/proc/self/environ").read()}
 with IsolatedHooks(patch, config, metrics=SandboxMetrics(registry)) as hs:
     call = hs.call("pre_action", {}, {})
     out["fault"], out["detail"] = call.fault, call.detail
@@ -51,8 +51,6 @@ with IsolatedHooks(patch, config, metrics=SandboxMetrics(registry)) as hs:
 out["shared_uid_metric"] = registry.get_sample_value("harness_r1_sandbox_shared_uid")
 print("RESULT " + json.dumps(out))
 """
-    % SECRET
-)  # noqa: UP031 - the script's own braces stay literal
 
 
 def _system_python() -> str | None:
@@ -90,7 +88,7 @@ def _run_probe(accept: bool) -> dict[str, Any]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
-    assert result["uid"] == os.getuid() if os.geteuid() != 0 else NOBODY_ELSE
+    assert result["uid"] == (os.getuid() if os.geteuid() != 0 else NOBODY_ELSE)
     assert result["environ_has_secret"]  # the parent really holds what the worker must not read
     return result
 
