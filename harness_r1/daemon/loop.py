@@ -114,6 +114,7 @@ class LoopMetricsSink:
     def candidate(self, env: str, result: str, delta: float | None) -> None: ...
     def gate(self, verdict: str) -> None: ...
     def packet(self) -> None: ...
+    def guard(self, watching: int, verdicts: list[str]) -> None: ...
 
 
 class ImprovementLoop:
@@ -456,7 +457,8 @@ class ImprovementLoop:
         """Judge each overlay in canary state on live counts since its release; act if decided."""
         decided = []
         target = self.config.release_target
-        for record in self.registry.list(target=target, state=OverlayState.CANARY):
+        watched = self.registry.list(target=target, state=OverlayState.CANARY)
+        for record in watched:
             control = record.parent_overlay_id or "base"
             counts = self.store.success_counts(
                 [record.overlay_id, control], since=record.updated_at
@@ -474,6 +476,7 @@ class ImprovementLoop:
                 enact(decision, self.publisher, target)
             decided.append(decision)
             self._event("live_guard", decision)
+        self.metrics.guard(len(watched) - len(decided), [str(d.verdict) for d in decided])
         return decided
 
     def _event(self, kind: str, body: Any) -> None:

@@ -50,6 +50,7 @@ OUTCOMES = ("success", "failure")
 BROKER_OPS = ("poll", "commit", "dead_letter", "send")
 BATCH_STATES = ("sealed", "done", "failed", "retried", "stale")
 GATE_VERDICTS = ("promote", "reject", "inconclusive")
+GUARD_VERDICTS = ("promote", "rollback")
 QUEUES = ("pending_batches", "running_batches", "dead_letters")
 # Loggers of libraries whose INFO lines are routine chatter (kafka-python logs every
 # connection and metadata refresh: ~65% of a daemon's log at info); they log warnings up.
@@ -254,6 +255,22 @@ class DaemonMetrics:
             ["command", "result"],
             registry=registry,
         )
+        self.guard_watching = Gauge(
+            "harness_r1_guard_watching",
+            "Staged releases the live guard is judging now (released, not yet decided)",
+            registry=registry,
+        )
+        self.guard_decisions = Counter(
+            "harness_r1_guard_decisions",
+            "Live guard verdicts on staged releases (promote, rollback)",
+            ["verdict"],
+            registry=registry,
+        )
+        self.ready = Gauge(
+            "harness_r1_ready",
+            "1 when the daemon is ready (what /readyz answers), 0 when not",
+            registry=registry,
+        )
         self._window = win_window
         self._recent: dict[str, deque[bool]] = {}
         self._lock = threading.Lock()
@@ -279,6 +296,8 @@ class DaemonMetrics:
             self.batches.labels(state=state)
         for verdict in GATE_VERDICTS:
             self.gate_decisions.labels(verdict=verdict)
+        for verdict in GUARD_VERDICTS:
+            self.guard_decisions.labels(verdict=verdict)
         for queue in QUEUES:
             self.queue_depth.labels(queue=queue)
         self.store_errors.labels(op="ingest")
@@ -297,6 +316,18 @@ class DaemonMetrics:
             recent.append(delta > 0)
             rate = sum(recent) / len(recent)
         self.patch_win_rate.labels(env=env).set(rate)
+
+    def watch_readiness(self, ready: Callable[[], tuple[bool, str]]) -> None:
+        """`harness_r1_ready` asks `ready` on every scrape (what /readyz answers), so an
+        alert can see readiness without a probe of its own."""
+
+        def value() -> float:
+            try:
+                return 1.0 if ready()[0] else 0.0
+            except Exception:  # noqa: BLE001 - a failing check means not ready
+                return 0.0
+
+        self.ready.set_function(value)
 
     def committed(self) -> None:
         """An offset commit succeeded now."""

@@ -45,6 +45,7 @@ from harness_r1.deploy.signing import Keyring, Signer
 from harness_r1.sandbox.canary import BASE, CanaryBatch, CanaryProgress, Candidate, Incumbent
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
+from harness_r1.sandbox.metrics import SandboxMetrics
 from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
 
 log = structlog.get_logger(__name__)
@@ -69,6 +70,11 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
 
     def packet(self) -> None:
         self.m.packets.inc()
+
+    def guard(self, watching: int, verdicts: list[str]) -> None:
+        self.m.guard_watching.set(watching)
+        for verdict in verdicts:
+            self.m.guard_decisions.labels(verdict=verdict).inc()
 
     def polled(self, report: PollReport) -> None:
         self.m.duplicates.inc(report.result.duplicates)
@@ -126,10 +132,12 @@ class CanaryRunners:
         settings: Settings,
         data_root: Callable[[], Path],
         progress: CanaryProgress | None = None,
+        sandbox_metrics: SandboxMetrics | None = None,
     ) -> None:
         self.settings = settings
         self._data_root = data_root
         self._progress = progress
+        self._sandbox_metrics = sandbox_metrics
         self._runners: dict[str, Evaluator] = {}
         self._lock = threading.Lock()
 
@@ -173,6 +181,7 @@ class CanaryRunners:
             config,
             sandbox=sandbox.sandbox_config(),
             progress=self._progress,
+            metrics=self._sandbox_metrics,
         )
 
 
@@ -328,7 +337,10 @@ def build_daemon(
         store,
         overlays,
         proposer or build_proposer(settings),
-        canary_for or CanaryRunners(settings, _lazy_data_root(settings)),
+        canary_for
+        or CanaryRunners(
+            settings, _lazy_data_root(settings), sandbox_metrics=SandboxMetrics(registry)
+        ),
         TaskIndex(_lazy_data_root(settings)),
         loop_config(settings),
         publisher,
@@ -379,6 +391,7 @@ def build_daemon(
         control_factory=_control_follower(settings, kafka, overlays, store, metrics, skipper),
     )
     skipper.daemon = daemon
+    metrics.watch_readiness(daemon.ready)
     health = HealthServer(registry, settings.metrics.host, settings.metrics.port, daemon.ready)
 
     def close() -> None:

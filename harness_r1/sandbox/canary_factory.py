@@ -16,6 +16,7 @@ from harness_r1.harness.policies.base import Policy
 from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryProgress, CanaryRunner
 from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
 from harness_r1.sandbox.intake import static_validator
+from harness_r1.sandbox.metrics import SandboxMetrics
 from harness_r1.sandbox.static import StaticLimits
 
 
@@ -30,13 +31,15 @@ def build_canary_runner(
     limits: StaticLimits | None = None,
     cache: BaselineCache | None = None,
     progress: CanaryProgress | None = None,
+    metrics: SandboxMetrics | None = None,
 ) -> CanaryRunner:
-    """A canary for `suite` on `policy`: candidates in isolated workers (`sandbox`), checked by
-    the intake under `limits`; `progress` watches its episodes."""
+    """A canary for `suite` on `policy`: candidates in isolated workers (`sandbox`, their
+    events counted in `metrics`), checked by the intake under `limits`; `progress` watches
+    its episodes."""
     runtime = HarnessRuntime(suite, policy, data_root, run)
     return CanaryRunner(
         runtime,
-        isolated_hooks_factory(sandbox),
+        isolated_hooks_factory(sandbox, metrics),
         static_validator(limits),
         canary,
         cache,

@@ -361,9 +361,7 @@ class IsolatedHooks:
         kills = {name: self.events.get(counter, 0) for name, counter in _KILLING.items()}
         total = sum(kills.values())
         if limit and total >= limit and self.disabled_reason is None:
-            said = ", ".join(
-                f"{n} {name}{'' if n == 1 else 's'}" for name, n in kills.items() if n
-            )
+            said = ", ".join(f"{n} {name}{'' if n == 1 else 's'}" for name, n in kills.items() if n)
             self.disabled_reason = (
                 f"disabled after {said} (budget {self.config.call_budget_s:g} s "
                 f"and {self.config.memory_mb} MB a call): make each hook call fast and small, "

@@ -14,9 +14,12 @@ class SandboxMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.isolated = Gauge(
             "harness_r1_sandbox_isolated",
-            "1 when hook workers start with every isolation layer, 0 when isolation is missing",
+            "1 when hook workers start with every isolation layer, 0 when isolation is missing "
+            "(NaN until the first worker started)",
             registry=registry,
         )
+        # no worker yet is not 'isolation missing': an alert on == 0 must not fire at start
+        self.isolated.set(float("nan"))
         self.shared_uid = Gauge(
             "harness_r1_sandbox_shared_uid",
             "1 when hook workers run isolated but with the daemon's own uid (started as "

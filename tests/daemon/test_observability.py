@@ -131,3 +131,40 @@ def test_a_failing_ready_check_is_not_ready() -> None:
     health = HealthServer(CollectorRegistry(), "127.0.0.1", 0, broken)
     status, _, body = health.respond("/readyz")
     assert status == 503 and b"RuntimeError: store unreachable" in body
+
+
+def test_readiness_is_a_metric_asked_at_every_scrape() -> None:
+    """`harness_r1_ready` says what /readyz would answer now (an alert needs no probe), and a
+    check that raises reads as not ready."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry)
+    answers = iter([(True, "ready"), (False, "store locked")])
+
+    def ready() -> tuple[bool, str]:
+        try:
+            return next(answers)
+        except StopIteration:
+            raise RuntimeError("check broke") from None
+
+    metrics.watch_readiness(ready)
+    assert [registry.get_sample_value("harness_r1_ready") for _ in range(3)] == [1.0, 0.0, 0.0]
+
+
+def test_live_guard_metrics_and_a_sandbox_gauge_unknown_until_a_worker_starts() -> None:
+    import math
+
+    from harness_r1.daemon.wiring import MetricsAdapter
+    from harness_r1.sandbox.metrics import SandboxMetrics
+
+    registry = CollectorRegistry()
+    adapter = MetricsAdapter(DaemonMetrics(registry))
+    sample = registry.get_sample_value
+    assert sample("harness_r1_guard_decisions_total", {"verdict": "rollback"}) == 0.0
+    adapter.guard(2, ["promote", "rollback"])
+    adapter.guard(1, [])
+    assert sample("harness_r1_guard_watching") == 1.0
+    assert sample("harness_r1_guard_decisions_total", {"verdict": "promote"}) == 1.0
+    assert sample("harness_r1_guard_decisions_total", {"verdict": "rollback"}) == 1.0
+    SandboxMetrics(registry)
+    isolated = sample("harness_r1_sandbox_isolated")
+    assert isolated is not None and math.isnan(isolated)  # no worker yet: not "0, missing"
