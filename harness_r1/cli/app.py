@@ -22,6 +22,7 @@ from harness_r1.cli.group import MARKUP
 from harness_r1.cli.ingest import ingest_app
 from harness_r1.cli.measure import canary_command, eval_command
 from harness_r1.cli.overlay import keys_app, overlay_app
+from harness_r1.cli.publish import publish_command
 from harness_r1.cli.run import demo, run_daemon
 from harness_r1.cli.settings import use_root_config
 from harness_r1.cli.topics import topics_app
@@ -63,6 +64,7 @@ app.command("run", rich_help_panel=RUN)(run_daemon)
 app.add_typer(config_app, name="config", rich_help_panel=RUN)
 app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
 app.add_typer(deadletter_app, name="deadletter", rich_help_panel=RUN)
+app.command("publish", rich_help_panel=RUN)(publish_command)
 app.add_typer(topics_app, name="topics", rich_help_panel=RUN)
 
 app.add_typer(overlay_app, name="overlay", rich_help_panel=OVERLAYS)
