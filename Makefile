@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench mutate lint schemas clean
+.PHONY: demo test bench mutate lint schemas docs clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,10 @@ lint: $(STAMP)
 
 schemas: $(STAMP)
 	$(VENV)/bin/harness-r1 schemas export docs/schemas
+
+# Generated docs (tests hold the committed files to what these print)
+docs: schemas
+	$(VENV)/bin/harness-r1 config reference > docs/configuration.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,5 @@
-"""`harness-r1 config show`: the settings in effect, after every source has been merged.
+"""`harness-r1 config show|reference`: the settings in effect, after every source has been
+merged; and the reference of every setting (docs/configuration.md).
 
 Settings come from keyword arguments, HARNESS_R1_* variables, a YAML file and defaults; when
 the daemon does something unexpected, the first question is which value won. Secrets are
@@ -46,3 +47,14 @@ def config_show(
         typer.echo(err.message, err=True)
         raise typer.Exit(2) from err
     typer.echo(json.dumps(settings.masked(), indent=2))
+
+
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print every setting (YAML key, environment variable, default, description) as
+    markdown, the production-required ones marked: docs/configuration.md is this output.
+
+    Example: `harness-r1 config reference > docs/configuration.md`"""
+    from harness_r1.daemon.settings.reference import settings_reference
+
+    typer.echo(settings_reference(), nl=False)

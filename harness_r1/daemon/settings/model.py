@@ -54,9 +54,19 @@ class Settings(BaseSettings):
     kafka_bootstrap: str | None = Field(
         default=None, description="host:port[,host:port] of the Kafka brokers."
     )
-    release_topic: str = "harness-r1.overlay-releases"
-    control_topic: str = "harness-r1.control"
-    trajectory_topic: str = "harness-r1.trajectories"
+    release_topic: str = Field(
+        default="harness-r1.overlay-releases",
+        description="Signed overlay releases, read by every agent (one partition).",
+    )
+    control_topic: str = Field(
+        default="harness-r1.control",
+        description="Signed control commands (rollback, pin, pause), read by every agent "
+        "(one partition).",
+    )
+    trajectory_topic: str = Field(
+        default="harness-r1.trajectories",
+        description="Agents' trajectories, read by the ingesting daemon (docs/agents.md).",
+    )
     signing_key: Path | None = Field(
         default=None, description="PEM Ed25519 private key that signs releases and commands."
     )
