@@ -170,7 +170,7 @@ class DaemonMetrics:
         )
         self.batches = Counter(
             "harness_r1_batches",
-            "Batch transitions, by the state entered (opened, closed, evaluated, dropped, ...)",
+            "Batch transitions, by the state entered (sealed, done, failed, retried, stale)",
             ["state"],
             registry=registry,
         )
