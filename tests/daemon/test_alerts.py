@@ -109,6 +109,14 @@ def prometheus(daemon: Built, tmp_path: Path) -> Iterator[str]:
             server.kill()
 
 
+def _scraped(api: str) -> bool:
+    try:
+        body = httpx.get(f"{api}/api/v1/query", params={"query": "up == 1"}, timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return False  # not listening yet
+    return bool(body.get("data", {}).get("result"))
+
+
 def _alerts(api: str) -> dict[tuple[str, str], str]:
     """(alert name, variant) -> state, for the alerts watched here."""
     try:
@@ -127,15 +135,7 @@ def test_stuck_ingest_raises_the_alerts_in_a_real_prometheus(
     settings: Settings, daemon: Built, prometheus: str, tmp_path: Path
 ) -> None:
     wait_for(lambda: daemon.daemon.ready()[0], 30, "the daemon to be ready")
-    wait_for(
-        lambda: bool(
-            httpx.get(f"{prometheus}/api/v1/query", params={"query": "up == 1"}).json()["data"][
-                "result"
-            ]
-        ),  # fmt: skip
-        60,
-        "Prometheus to scrape the daemon",
-    )
+    wait_for(lambda: _scraped(prometheus), 60, "Prometheus to scrape the daemon")
     assert _alerts(prometheus) == {}  # a healthy daemon raises none of them
     blocker = sqlite3.connect(tmp_path / "state.db", timeout=30)
     blocker.execute("BEGIN IMMEDIATE")  # the store's write lock, held from now on
