@@ -11,7 +11,13 @@ import typer
 from rich.console import Console
 
 from harness_r1.cli.group import command_group
-from harness_r1.cli.options import TARGET_PREFIX_CACHE, HistoryTurns, PrefixCache, target_spec
+from harness_r1.cli.options import (
+    TARGET_PREFIX_CACHE,
+    HistoryTurns,
+    LeanPrompt,
+    PrefixCache,
+    target_spec,
+)
 from harness_r1.cli.settings import cli_settings
 
 console = Console(stderr=True)
@@ -41,6 +47,7 @@ def engineer_evaluate(
     prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     threads: Annotated[int | None, typer.Option(help="Engineer torch threads.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the JSON report.")] = None,
+    lean_prompt: LeanPrompt = False,
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 
@@ -49,6 +56,7 @@ def engineer_evaluate(
     from harness_r1.cli.jobs.engineer_eval import EngineerEvalRequest, run_engineer_eval
     from harness_r1.trainer.engineer import EngineerSpec
     from harness_r1.trainer.heldout import HeldOutConfig
+    from harness_r1.trainer.prompt import PromptConfig
 
     settings = cli_settings()
     request = EngineerEvalRequest(
@@ -57,7 +65,11 @@ def engineer_evaluate(
         split=split,
         engineer=EngineerSpec(adapter=adapter, cache_dir=settings.cache, threads=threads),
         heldout=HeldOutConfig(
-            k=k, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens
+            k=k,
+            seed=seed,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            prompt=PromptConfig(lean=lean_prompt),
         ),
         out=out,
         limit_packets=limit_packets,
@@ -86,6 +98,7 @@ def engineer_propose(
     seed: Annotated[int, typer.Option()] = 0,
     temperature: Annotated[float, typer.Option()] = 1.0,
     max_new_tokens: Annotated[int, typer.Option()] = 384,
+    lean_prompt: LeanPrompt = False,
 ) -> None:
     """Read a packet (JSON, or trajectories JSONL) and print K proposals with their validity.
 
@@ -105,7 +118,15 @@ def engineer_propose(
     spec = EngineerSpec(
         kind=backend, base_url=base_url, model=model, adapter=adapter, cache_dir=settings.cache
     )
+    from harness_r1.trainer.prompt import PromptConfig
+
     proposals = propose_command(
-        packet, k, spec, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens
+        packet,
+        k,
+        spec,
+        seed=seed,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        prompt_config=PromptConfig(lean=lean_prompt),
     )
     typer.echo(proposals_json(proposals))

@@ -69,6 +69,14 @@ DraftTokens = Annotated[
         "forward pass (same text, fewer passes); 0 = off.",
     ),
 ]
+LeanPrompt = Annotated[
+    bool,
+    typer.Option(
+        "--lean-prompt",
+        help="The engineer's lean prompt (~0.9k instead of ~2.6k tokens: the hook surface "
+        "without meanings, one example, the failure point's last steps): for small engineers.",
+    ),
+]
 Alpha = Annotated[
     float | None,
     typer.Option(help="Level of the guard regression test (default: settings loop.gate_alpha)."),

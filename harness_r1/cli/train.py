@@ -11,6 +11,7 @@ from harness_r1.cli.group import command_group
 from harness_r1.cli.options import (
     TARGET_PREFIX_CACHE,
     HistoryTurns,
+    LeanPrompt,
     PrefixCache,
     TargetTokens,
     or_setting,
@@ -43,6 +44,7 @@ def coldstart(
     max_templates: Annotated[
         int, typer.Option(help="Templates per teacher patch (1-3; 1 = shortest completions).")
     ] = 3,
+    lean_prompt: LeanPrompt = False,
 ) -> None:
     """Teacher proposals kept only when executable and non-regressive on the frozen target.
 
@@ -66,6 +68,7 @@ def coldstart(
         target=target_spec(
             settings, history_turns, max_new_tokens, max_steps=max_steps, prefix_cache=prefix_cache
         ),
+        lean_prompt=lean_prompt,
     )
     teacher = TemplateWriter(TeacherConfig(max_templates=max_templates))
     stats = run_coldstart(request, settings.data_root(), teacher=teacher)
@@ -157,6 +160,7 @@ def grpo_online(
             "little (trainer.shaping); off = the paper's flat reward."
         ),
     ] = False,
+    lean_prompt: LeanPrompt = False,
 ) -> None:
     """Online GRPO: the engineer samples K patches per packet, the canary rewards each.
 
@@ -186,8 +190,10 @@ def grpo_online(
         micro_batch=micro_batch,
         temperature=temperature,
     )
+    from harness_r1.trainer.prompt import PromptConfig
+
     result = train_grpo_online(
-        canary_rows(found),
+        canary_rows(found, config=PromptConfig(lean=lean_prompt)),
         CanaryReward(resolver, invalid_reward=invalid_reward, graded=graded_invalid),
         settings=grpo_settings,
         adapter=adapter,

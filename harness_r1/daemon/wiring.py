@@ -218,7 +218,10 @@ def build_proposer(settings: Settings, adapter: Path | None = None) -> PatchWrit
         cache_dir=settings.cache,
         token_ids=True,
     )
-    return EngineerWriter(build_engineer(spec))
+    from harness_r1.trainer.prompt import PromptConfig
+
+    prompt = PromptConfig(lean=loop.engineer_prompt == "lean")
+    return EngineerWriter(build_engineer(spec), prompt=prompt)
 
 
 @dataclass

@@ -38,6 +38,7 @@ from harness_r1.sandbox.canary import Candidate
 from harness_r1.sandbox.gated import Evaluator
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
+from harness_r1.trainer.prompt import PromptConfig
 from harness_r1.trainer.propose import propose_patches
 
 log = structlog.get_logger(__name__)
@@ -53,6 +54,7 @@ class HeldOutConfig:
     temperature: float = 1.0
     max_new_tokens: int = 512
     invalid_reward: float = 0.0
+    prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
 @dataclass
@@ -165,6 +167,7 @@ def score_packet(
         seed=config.seed + index,
         temperature=config.temperature,
         max_new_tokens=config.max_new_tokens,
+        config=config.prompt,
     )
     score.generate_seconds = time.perf_counter() - started
     score.proposals = len(proposals)

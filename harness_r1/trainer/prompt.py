@@ -143,6 +143,14 @@ class PromptConfig:
     limits: StaticLimits = StaticLimits()
     snippet_chars: int = 200
     max_example_chars: int = 600
+    # lean: the prompt for a small engineer (a 135M model on a CPU, where the ~2.5k-token
+    # full prompt dominated every SFT and GRPO pass): the hook surface without the meanings,
+    # the rules that reject most patches, one example, and per episode the failure point's
+    # last `lean_snippets` steps of at most `lean_snippet_chars` chars, `lean_episodes` at most
+    lean: bool = False
+    lean_episodes: int = 2
+    lean_snippets: int = 3
+    lean_snippet_chars: int = 120
 
 
 # -- the output format ----------------------------------------------------------------------
@@ -388,6 +396,8 @@ def system_prompt(
     """The engineer's system message for one env (everything but the packet)."""
     config = config or PromptConfig()
     chosen = default_examples(env, config) if examples is None else list(examples)
+    if config.lean:
+        return _lean_system_prompt(env, chosen[-1:], config)
     lines = [
         f"You are a harness engineer. A frozen LLM agent (the target) fails {env} tasks. Write a "
         "patch, Python hooks run around the target, that raises its success on tasks like those "
@@ -402,6 +412,30 @@ def system_prompt(
     ]
     for number, example in enumerate(chosen, start=1):
         lines += ["", f"Example {number}:", render_completion(example.patch, example.think)]
+    return "\n".join(lines)
+
+
+def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: PromptConfig) -> str:
+    """The same surface in fewer tokens: what each hook may return, the ctx keys, the rules a
+    small engineer breaks most (imports, while, lambda, names, sizes), the answer format."""
+    limits = config.limits
+    effects = [f"- {hook}: return {_effect_shapes(hook)}" for hook in HookName]
+    extra = "; ".join(f"{hook} also {', '.join(keys)}" for hook, keys in HOOK_EXTRA_CTX.items())
+    names = ", ".join(f'"{h}"' for h in HookName)
+    lines = [
+        f"You are a harness engineer. A frozen agent fails {env} tasks. Write Python hooks run "
+        "around it that make it succeed: task knowledge, fixing invalid actions, breaking loops.",
+        "Each hook: `def hook(ctx, state):` returning None or an effect:",
+        *effects,
+        f"ctx keys: {', '.join(ctx_keys())}; {extra}. state: a dict kept across the episode.",
+        f"Rules: at most {limits.max_source_chars} chars a hook; no import, while, lambda, class, "
+        "with, raise, global, names starting with _, .format; in scope only re, math, "
+        "similarity(a, b), closest(text, options, cutoff) and plain builtins.",
+        'Answer: <think>one line</think><patch>{"description": str, "hooks": '
+        f'[{{"hook": name, "code": str}}]}}</patch> with name one of {names}.',
+    ]
+    for example in examples:
+        lines += ["Example:", render_completion(example.patch, example.think)]
     return "\n".join(lines)
 
 
@@ -467,8 +501,14 @@ def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> st
         f"Signals: {counted or 'none'}.",
     ]
     lines += _incumbent_lines(packet)
-    for episode in packet.episodes:
-        lines += ["", *_episode_lines(episode, config.snippet_chars)]
+    episodes = packet.episodes[: config.lean_episodes] if config.lean else packet.episodes
+    limit = config.lean_snippet_chars if config.lean else config.snippet_chars
+    for episode in episodes:
+        if config.lean:
+            episode = episode.model_copy(
+                update={"snippets": episode.snippets[-config.lean_snippets :]}
+            )
+        lines += ["", *_episode_lines(episode, limit)]
     lines += [
         "",
         f"Write one patch for env {packet.env} that makes the target succeed on tasks like "

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from harness_r1.contracts import FailurePacket
 from harness_r1.trainer.engineer import DEFAULT_MAX_NEW_TOKENS, EngineerBackend, EngineerSample
-from harness_r1.trainer.prompt import engineer_messages
+from harness_r1.trainer.prompt import PromptConfig, engineer_messages
 from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
 
 
@@ -50,15 +50,17 @@ class EngineerWriter:
         backend: EngineerBackend,
         temperature: float = 1.0,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        prompt: PromptConfig | None = None,
     ) -> None:
         self.backend = backend
+        self.prompt = prompt or PromptConfig()
         self.name = backend.model_id
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
 
     def samples(self, packet: FailurePacket, k: int, seed: int) -> list[EngineerSample]:
         return self.backend.propose(
-            engineer_messages(packet),
+            engineer_messages(packet, config=self.prompt),
             k,
             temperature=self.temperature,
             seed=seed,

@@ -608,3 +608,50 @@ def test_transformers_engineer_on_smollm2_samples_k_with_token_ids_and_reproduce
     again = engineer.propose(messages, 2, temperature=1.0, seed=7, max_new_tokens=16)
     assert [s.completion_ids for s in again] == [s.completion_ids for s in first]
     assert first[0].completion_ids != first[1].completion_ids  # k distinct samples
+
+
+# -- the lean prompt (issue 20: a small engineer's passes were dominated by a ~2.6k prompt) ---
+
+LEAN = PromptConfig(lean=True)
+LEAN_TOKEN_BUDGET = 1000  # system + packet (the full prompt: ~2.6k on the same packet)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_lean_prompt_keeps_the_surface_a_patch_needs(env: str) -> None:
+    from harness_r1.trainer.prompt import _effect_shapes, ctx_keys
+
+    text = system_prompt(env, config=LEAN)
+    for hook in HookName:
+        assert f"- {hook}: return {_effect_shapes(hook)}" in text, hook
+    assert all(key in text for key in ctx_keys())
+    for hook, keys in HOOK_EXTRA_CTX.items():
+        assert f"{hook} also {', '.join(keys)}" in text
+    assert "<think>" in text and "<patch>" in text and text.count("Example:") == 1
+    assert len(text) < len(system_prompt(env)) / 2
+
+
+def test_the_lean_packet_shows_the_failure_points_last_steps(packet: FailurePacket) -> None:
+    full = engineer_messages(packet)[1]["content"]
+    lean = engineer_messages(packet, config=LEAN)[1]["content"]
+    assert len(packet.episodes) > LEAN.lean_episodes
+    assert lean.count("\n### ") == LEAN.lean_episodes < full.count("\n### ")
+    first = packet.episodes[0]
+    kept = first.snippets[-LEAN.lean_snippets :]
+    assert f"step {kept[0].step}" in lean
+    if len(first.snippets) > LEAN.lean_snippets:
+        dropped = first.snippets[0]
+        assert f"step {dropped.step} " not in lean.split("\n### ")[1]
+    assert engineer_messages(packet, config=LEAN) == engineer_messages(packet, config=LEAN)
+
+
+@pytest.mark.integration
+def test_the_lean_prompt_is_a_third_of_the_full_one(
+    smollm2_tokenizer: Any, packet: FailurePacket
+) -> None:
+    def tokens(config: PromptConfig) -> int:
+        messages = engineer_messages(packet, config=config)
+        return sum(len(smollm2_tokenizer(m["content"])["input_ids"]) for m in messages)
+
+    lean, full = tokens(LEAN), tokens(PromptConfig())
+    assert lean <= LEAN_TOKEN_BUDGET, lean
+    assert lean * 2 < full, (lean, full)

@@ -22,6 +22,7 @@ from harness_r1.trainer.coldstart import (
     build_coldstart,
 )
 from harness_r1.trainer.coldstart_sources import CanaryScope, SourceConfig, sources_from_runs
+from harness_r1.trainer.prompt import PromptConfig
 from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
 
@@ -45,6 +46,7 @@ class ColdStartRequest:
     packet_config: PacketConfig = field(default_factory=PacketConfig)
     target: TargetSpec = field(default_factory=TargetSpec)
     baseline_cache: Path | None = None
+    lean_prompt: bool = False  # the rows' prompts in the lean mode (trainer.prompt)
 
 
 def run_coldstart(
@@ -72,6 +74,7 @@ def run_coldstart(
         min_delta=request.min_delta,
         require_effect=request.require_effect,
         max_packets=request.limit_packets,
+        prompt=PromptConfig(lean=request.lean_prompt),
     )
     runner = build_canary_runner(
         get_suite(request.env),

@@ -222,6 +222,12 @@ class LoopOptions(_Group):
     engineer_api_key: SecretStr | None = Field(
         default=None, description="API key of the engineer's server; never logged or shown."
     )
+    engineer_prompt: Literal["full", "lean"] = Field(
+        default="full",
+        description="full: the whole hook surface with meanings and two examples (~2.6k "
+        "tokens with a packet); lean: ~0.9k tokens, for a small engineer trained on lean rows "
+        "(`train coldstart --lean-prompt`).",
+    )
     target_policy: TargetPolicy = Field(
         default="smollm2",
         description="The frozen target the canaries run: smollm2 (embedded) or openai (server "
