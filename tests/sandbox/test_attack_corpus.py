@@ -1129,21 +1129,22 @@ def test_an_episode_survives_every_hook_being_hostile_at_once(host: Host) -> Non
     assert systems[0] == DoorPrompter().system_prompt(TASK)
     per_step = [[(f.hook, f.reason) for f in step.faults] for step in trajectory.steps]
     both = [(PRE_DECISION, "timeout"), (PRE_ACTION, "violation")]
+    gone = [(PRE_ACTION, "disabled"), (POST_FEEDBACK, "disabled")]
     assert per_step == [
         [*both, (POST_FEEDBACK, "oversized")],
-        [*both, (POST_FEEDBACK, "oversized")],
-        # the third timeout spends the per-overlay budget: the hook set stops calling the patch
-        # (no post_feedback after the final step)
-        [(PRE_DECISION, "timeout"), (PRE_ACTION, "disabled")],
+        # the memory fault and two timeouts spend the per-overlay budget of 3 worker kills: the
+        # hook set stops calling the patch (no post_feedback after the final step)
+        [(PRE_DECISION, "timeout"), *gone],
+        [(PRE_DECISION, "disabled"), (PRE_ACTION, "disabled")],
     ]
     assert all(step.effects == [] for step in trajectory.steps)
     assert "[Errno 1]" in trajectory.steps[0].faults[1].detail  # fork: EPERM from seccomp
-    assert events["memory"] == 1 and events["timeouts"] == 3 and events["oversized"] == 2
-    assert events["disabled"] == 1  # the last pre_action call
-    # restarts: after the memory fault (a recycled worker) and after the first 2 timeouts (the
-    # third disables the patch: no worker is started again)
-    assert events["violations"] == 2 and events["restarts"] == 3 and events["ok"] == 0
-    assert elapsed < 3 * (SHORT + SLACK) + 5.0, elapsed
+    assert events["memory"] == 1 and events["timeouts"] == 2 and events["oversized"] == 1
+    assert events["disabled"] == 4  # every call after the budget was spent
+    # restarts: after the memory fault (a recycled worker) and after the first timeout (the
+    # second one disables the patch: no worker is started again)
+    assert events["violations"] == 1 and events["restarts"] == 2 and events["ok"] == 0
+    assert elapsed < 2 * (SHORT + SLACK) + 5.0, elapsed
     assert last is None  # disabled: its last worker was stopped and none started again
     trajectory.to_json_bytes()
     host.assert_intact()
