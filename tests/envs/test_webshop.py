@@ -203,7 +203,8 @@ def test_reward_attribute_substring_fallback() -> None:
 
 def test_suite_and_tasks(tasks: dict[str, TaskSpec], data_root: Path) -> None:
     assert get_suite("webshop") is SUITE
-    assert SUITE.splits == ("fixed",) and SUITE.default_max_steps == 15
+    assert SUITE.splits == ("fixed", "fixed_train", "fixed_heldout")
+    assert SUITE.default_max_steps == 15
     assert sorted(tasks, key=lambda t: int(t.split("_")[1])) == [f"fixed_{i}" for i in range(60)]
     t59 = tasks["fixed_59"]
     assert t59.env == "webshop" and t59.task_type == "snack pretzels" and t59.max_steps == 15
@@ -679,3 +680,19 @@ def test_parse_page_handles_stray_end_tags() -> None:
     page = parse_page(html, "http://x/")
     assert page.texts == ["Your score (min 0.0, max 1.0)", "0.6666666666666666"]
     assert page.reward == pytest.approx(2 / 3)
+
+
+def test_the_train_and_heldout_splits_cut_the_fixed_goals_in_two(data_root: Path) -> None:
+    """Goals 0-39 train, 40-59 held out (issue 20): disjoint, together every fixed goal, and an
+    env plays a held-out goal like any other."""
+    every = [t.task_id for t in load_tasks(data_root, "fixed")]
+    train = [t.task_id for t in load_tasks(data_root, "fixed_train")]
+    heldout = load_tasks(data_root, "fixed_heldout")
+    assert train == every[:40] and [t.task_id for t in heldout] == every[40:]
+    assert not set(train) & {t.task_id for t in heldout}
+    assert all(t.split == "fixed_heldout" for t in heldout)
+    env = WebShopEnv(data_root)
+    observation, _ = env.reset(heldout[0])
+    assert observation
+    with pytest.raises(DataError, match="fixed_train, fixed_heldout"):
+        load_tasks(data_root, "train")

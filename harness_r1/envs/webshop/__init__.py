@@ -7,6 +7,9 @@ same protocol against a real WebShop server (the official web_agent_site Flask a
 
 Tasks: split `fixed`, task_id `fixed_<n>` (WebShop's session ids for its fixed goals),
 task_type = the goal's category query, instruction = the task text without "[Search]".
+Splits `fixed_train` (goals 0-39) and `fixed_heldout` (goals 40-59) cut the same 60 goals in
+two, so an engineer can be trained on some and measured on the others (issue 20): no goal is
+in both.
 """
 
 from __future__ import annotations
@@ -24,14 +27,22 @@ from harness_r1.envs.webshop.model import Goal, Product
 from harness_r1.envs.webshop.prompter import WebShopPrompter
 from harness_r1.envs.webshop.reward import RewardBreakdown, get_reward
 
-SPLITS: tuple[str, ...] = ("fixed",)
+SPLITS: tuple[str, ...] = ("fixed", "fixed_train", "fixed_heldout")
 DEFAULT_MAX_STEPS = 15
+#: the goals (session order) of each split: the first 40 train, the last 20 held out
+_GOALS: dict[str, slice] = {
+    "fixed": slice(None),
+    "fixed_train": slice(0, 40),
+    "fixed_heldout": slice(40, None),
+}
 
 
 def load_tasks(data_root: Path, split: str) -> list[TaskSpec]:
     """The tasks of `split` in session order; DataError for a missing or malformed file."""
     if split not in SPLITS:
-        raise DataError(data_root / GOALS_FILE, f"unknown WebShop split {split!r}; known: fixed")
+        known = ", ".join(SPLITS)
+        raise DataError(data_root / GOALS_FILE, f"unknown WebShop split {split!r}; known: {known}")
+    records = load_goal_records(data_root)[_GOALS[split]]
     return [
         TaskSpec(
             env=ENV_NAME,
@@ -49,7 +60,7 @@ def load_tasks(data_root: Path, split: str) -> list[TaskSpec]:
                 "price_upper": record.price_upper,
             },
         )
-        for record in load_goal_records(data_root)
+        for record in records
     ]
 
 
@@ -58,7 +69,7 @@ def make_env(data_root: Path) -> WebShopEnv:
 
 
 def data_files(data_root: Path) -> dict[str, Sequence[Path]]:
-    return {"fixed": [data_root / GOALS_FILE]}
+    return {split: [data_root / GOALS_FILE] for split in SPLITS}
 
 
 SUITE = EnvSuite(
