@@ -15,6 +15,7 @@ from harness_r1.cli.options import (
     TARGET_PREFIX_CACHE,
     HistoryTurns,
     LeanPrompt,
+    OnIncumbent,
     PrefixCache,
     target_spec,
 )
@@ -48,6 +49,7 @@ def engineer_evaluate(
     threads: Annotated[int | None, typer.Option(help="Engineer torch threads.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the JSON report.")] = None,
     lean_prompt: LeanPrompt = False,
+    on: OnIncumbent = None,
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 
@@ -78,6 +80,7 @@ def engineer_evaluate(
             settings, history_turns, 64, max_steps=max_steps, prefix_cache=prefix_cache
         ),
         baseline_cache=baseline_cache,
+        on=list(on or []),
     )
     report = run_engineer_eval(request, settings.data_root(), console)
     typer.echo(json.dumps(report.summary(), indent=2))

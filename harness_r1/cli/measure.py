@@ -20,6 +20,7 @@ from harness_r1.cli.options import (
     HistoryTurns,
     MinBatch,
     MinGuard,
+    OnIncumbent,
     PrefixCache,
     TargetDtype,
     TargetTokens,
@@ -49,8 +50,10 @@ def eval_command(
     batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
     draft_tokens: DraftTokens = TARGET_DRAFT_TOKENS,
     dtype: TargetDtype = TARGET_DTYPE,
+    on: OnIncumbent = None,
 ) -> None:
-    """Run the frozen target on real tasks under the base harness and report success rates.
+    """Run the frozen target on real tasks under the base harness (or the incumbent overlay
+    `--on`) and report success rates.
 
     Example: `harness-r1 eval --env dbbench --split dev --limit 20 --out runs/dev.jsonl`"""
     from harness_r1.cli.jobs.eval import EvalRequest, run_eval
@@ -71,7 +74,9 @@ def eval_command(
         draft_tokens=draft_tokens,
         dtype=dtype,
     )
-    request = EvalRequest(env=env, split=split, limit=limit, seed=seed, out=out, target=target)
+    request = EvalRequest(
+        env=env, split=split, limit=limit, seed=seed, out=out, target=target, on=list(on or [])
+    )
     run_eval(request, settings.data_root(), console)
 
 

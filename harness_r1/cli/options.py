@@ -5,6 +5,7 @@ prints the values in effect."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -67,6 +68,15 @@ DraftTokens = Annotated[
         min=0,
         help="Greedy lockstep decode: tokens guessed by prompt lookup and checked in the same "
         "forward pass (same text, fewer passes); 0 = off.",
+    ),
+]
+OnIncumbent = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--on",
+        help="The incumbent overlay (the deployed harness): a patch file, repeatable for a "
+        "chain, oldest link first. Episodes run under it / candidates are composed onto it and "
+        "judged against it. Default: the base harness.",
     ),
 ]
 LeanPrompt = Annotated[

@@ -12,6 +12,7 @@ from harness_r1.cli.options import (
     TARGET_PREFIX_CACHE,
     HistoryTurns,
     LeanPrompt,
+    OnIncumbent,
     PrefixCache,
     TargetTokens,
     or_setting,
@@ -45,6 +46,7 @@ def coldstart(
         int, typer.Option(help="Templates per teacher patch (1-3; 1 = shortest completions).")
     ] = 3,
     lean_prompt: LeanPrompt = False,
+    on: OnIncumbent = None,
 ) -> None:
     """Teacher proposals kept only when executable and non-regressive on the frozen target.
 
@@ -69,6 +71,7 @@ def coldstart(
             settings, history_turns, max_new_tokens, max_steps=max_steps, prefix_cache=prefix_cache
         ),
         lean_prompt=lean_prompt,
+        on=list(on or []),
     )
     teacher = TemplateWriter(TeacherConfig(max_templates=max_templates))
     stats = run_coldstart(request, settings.data_root(), teacher=teacher)

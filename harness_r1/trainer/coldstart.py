@@ -447,7 +447,7 @@ def _canary(
     if not candidates:
         return None, {}, ""
     try:
-        report = runner.evaluate(source.batch(), candidates)
+        report = runner.evaluate(source.batch(), candidates, source.incumbent)
     except InfraFailure as err:
         log.error("coldstart.baseline_failed", packet=source.packet.packet_id[:12], error=str(err))
         return None, {}, f"infra: {err}"

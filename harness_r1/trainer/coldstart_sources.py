@@ -16,7 +16,12 @@ Rules (deterministic: the same trajectories in the same order give the same sour
    `batch_size` (the last one may be smaller), like the daemon's failure batches.
 3. Each batch gives one packet (`consumers.packets.build_packet`); a batch without a failed
    episode gives none.
-4. The canary batch, `scope="batch"` (default): every episode of the batch, successes included,
+4. With an incumbent overlay (`SourceConfig.incumbent`: the deployed harness the engineer
+   improves), every trajectory must have run under it (its harness version is the incumbent's
+   id, else ValueError: failures of another harness show problems the incumbent may not have);
+   the packet shows the incumbent's hooks and the canary judges candidates composed onto it,
+   against it.
+5. The canary batch, `scope="batch"` (default): every episode of the batch, successes included,
    so a patch that breaks what the target already solved shows up as a negative delta (a batch
    of failures only cannot measure a regression with a deterministic target). `scope="packet"`:
    only the failed episodes the packet shows. Either way the tasks are ordered by
@@ -42,7 +47,8 @@ from harness_r1.consumers.packets import (
 )
 from harness_r1.contracts import FailurePacket, TaskRef, TaskSpec, Trajectory
 from harness_r1.envs import get_suite
-from harness_r1.sandbox.canary import CanaryBatch
+from harness_r1.sandbox.canary import BASE, CanaryBatch, Incumbent
+from harness_r1.sandbox.compose import effective_sources
 
 __all__ = [
     "CanaryScope",
@@ -66,6 +72,7 @@ class SourceConfig:
     batch_size: int = 8
     scope: CanaryScope = "batch"
     packet: PacketConfig = field(default_factory=PacketConfig)
+    incumbent: Incumbent = BASE  # the harness the runs were played under (rule 4)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -81,6 +88,7 @@ class PacketSource:
     packet: FailurePacket
     tasks: tuple[TaskSpec, ...]
     seeds: tuple[int, ...]
+    incumbent: Incumbent = BASE  # what candidates are composed onto and judged against
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -171,7 +179,7 @@ def _dedup(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
 def _canary_runs(
     chunk: Sequence[Trajectory], packet: FailurePacket, config: SourceConfig
 ) -> list[Trajectory]:
-    """The trajectories whose (task, seed) the canary re-runs (rule 4)."""
+    """The trajectories whose (task, seed) the canary re-runs (rule 5)."""
     ordered = sorted(chunk, key=lambda t: t.trajectory_id)
     if config.scope == "batch":
         return ordered
@@ -208,8 +216,16 @@ def sources_from_trajectories(
     """Packet sources from trajectories (see the module docstring for every rule); `lookup`
     maps a trajectory's TaskRef to the registry's TaskSpec (e.g. a `TaskIndex`)."""
     config = config or SourceConfig()
+    incumbent = config.incumbent
+    live = effective_sources(incumbent.links)
     groups: dict[tuple[str, str, str, str], list[Trajectory]] = defaultdict(list)
     for trajectory in _dedup(trajectories):
+        if trajectory.harness_version != incumbent.overlay_id:
+            raise ValueError(
+                f"trajectory {trajectory.trajectory_id} ran under "
+                f"{trajectory.harness_version!r}, not the incumbent {incumbent.overlay_id!r}: "
+                "play the runs under the incumbent (`harness-r1 eval --on ...`)"
+            )
         groups[batch_key(trajectory)].append(trajectory)
     sources = []
     for key in sorted(groups):
@@ -217,11 +233,11 @@ def sources_from_trajectories(
         for start in range(0, len(group), config.batch_size):
             chunk = group[start : start + config.batch_size]
             try:
-                packet = build_packet(chunk, config.packet)
+                packet = build_packet(chunk, config.packet, incumbent=live)
             except NoFailures:
                 continue
             tasks, seeds = _tasks_and_seeds(_canary_runs(chunk, packet, config), lookup)
-            sources.append(PacketSource(packet, tasks, seeds))
+            sources.append(PacketSource(packet, tasks, seeds, incumbent))
     return sources
 
 

@@ -194,7 +194,7 @@ def score_packet(
         return score
     started = time.perf_counter()
     try:
-        report = runner.evaluate(source.batch(), candidates)
+        report = runner.evaluate(source.batch(), candidates, source.incumbent)
     except Exception as err:  # noqa: BLE001 - infrastructure: no delta, the evaluation goes on
         log.warning("held-out canary failed", packet_id=source.packet.packet_id, error=str(err))
         score.infra_errors += len(candidates)

@@ -73,6 +73,24 @@ def test_eval_writes_trajectories_and_prints_rates(tmp_path: Path) -> None:
     assert "95% interval" in result.output and "dbbench" in result.output
 
 
+@pytest.mark.integration
+def test_eval_on_an_incumbent_runs_its_hooks(tmp_path: Path) -> None:
+    """`--on PATCH`: the episodes run under the overlay (isolated), stamped with its id."""
+    out = tmp_path / "on.jsonl"
+    patch = Path("harness_r1/sandbox/reference_patches/dbbench_lookup.patch").resolve()
+    args = ["eval", "--env", "dbbench", "--split", "dev", "--limit", "2", "--max-steps", "1"]
+    result = runner.invoke(
+        app, [*args, "--max-new-tokens", "16", "--out", str(out), "--on", str(patch)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    trajectories = [Trajectory.model_validate_json(line) for line in lines]
+    assert len(trajectories) == 2
+    assert all(t.harness_version.startswith("on-") for t in trajectories)
+    assert any(t.episode_start_effects for t in trajectories)  # the overlay's hooks ran
+    assert "overlay on-" in result.output
+
+
 def test_patch_check_accepts_reference_patches_and_rejects_hostile(tmp_path: Path) -> None:
     from harness_r1.sandbox.patchfile import REFERENCE_DIR
 

@@ -373,3 +373,49 @@ def test_the_coldstart_job_writes_the_dataset(world: dict[str, Any], tmp_path: P
     assert stats.kept + sum(stats.rejected.values()) == 2
     assert all((tmp_path / name).is_file() for name in FILES)
     assert not list(tmp_path.glob(".*.partial"))
+
+
+# -- against an incumbent overlay (issue 20: the engineer improves the deployed harness) ------
+
+HINT_LINK = Patch(
+    env=ENV,
+    description="A hint after every answer.",
+    hooks=[
+        HookCode(
+            hook=HookName.POST_FEEDBACK,
+            code="def hook(ctx, state):\n    return 'Check the table name.'\n",
+        )
+    ],
+)
+
+
+def test_sources_over_an_incumbent_show_its_hooks_and_judge_against_it(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    from harness_r1.sandbox.canary import Incumbent
+    from harness_r1.sandbox.compose import Link
+
+    incumbent = Incumbent.of_chain("ov-hint", [Link("ov-hint", HINT_LINK)])
+    config = SourceConfig(batch_size=4, incumbent=incumbent)
+    with pytest.raises(ValueError, match="not the incumbent 'ov-hint'"):
+        sources_from_trajectories(world["trajectories"], TaskIndex(ENV, world["root"]), config)
+    under = [t.model_copy(update={"harness_version": "ov-hint"}) for t in world["trajectories"]]
+    sources = sources_from_trajectories(under, TaskIndex(ENV, world["root"]), config)
+    assert len(sources) == 2 and all(s.incumbent is incumbent for s in sources)
+    shown = sources[0].packet.incumbent
+    assert [(h.hook, h.links) for h in shown] == [(HookName.POST_FEEDBACK, 1)]
+    assert "Check the table name." in shown[0].code
+    runner = make_runner(world)
+    seen: list[str] = []
+    evaluate = runner.evaluate
+
+    def recording(batch: Any, candidates: Any, incumbent: Any = None) -> Any:
+        seen.append(incumbent.overlay_id)
+        return evaluate(batch, candidates, incumbent)
+
+    runner.evaluate = recording  # type: ignore[method-assign]
+    try:
+        build_coldstart(sources, TemplateWriter(), runner, ColdStartConfig(k=2), tmp_path / "o")
+    finally:
+        runner.runtime.close()
+    assert seen == ["ov-hint", "ov-hint"]  # every packet's candidates judged against it

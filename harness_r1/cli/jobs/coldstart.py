@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.consumers.packets import PacketConfig
 from harness_r1.envs import get_suite
@@ -47,6 +48,7 @@ class ColdStartRequest:
     target: TargetSpec = field(default_factory=TargetSpec)
     baseline_cache: Path | None = None
     lean_prompt: bool = False  # the rows' prompts in the lean mode (trainer.prompt)
+    on: list[Path] = field(default_factory=list)  # the incumbent's chain; empty: base harness
 
 
 def run_coldstart(
@@ -62,7 +64,10 @@ def run_coldstart(
     here (the embedded SmolLM2, greedy), or the Policy given (used as is, closed by its
     owner)."""
     source_config = SourceConfig(
-        batch_size=request.batch_size, scope=request.scope, packet=request.packet_config
+        batch_size=request.batch_size,
+        scope=request.scope,
+        packet=request.packet_config,
+        incumbent=load_incumbent(request.on, request.env),
     )
     sources = sources_from_runs(
         list(request.runs), request.env, request.split, data_root, source_config

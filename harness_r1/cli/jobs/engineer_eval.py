@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.envs import get_suite
 from harness_r1.sandbox.canary import BaselineCache
@@ -35,6 +36,7 @@ class EngineerEvalRequest:
     batch_size: int = 8
     target: TargetSpec = field(default_factory=lambda: TargetSpec(max_new_tokens=64))
     baseline_cache: Path | None = None
+    on: list[Path] = field(default_factory=list)  # the incumbent's chain; empty: base harness
 
 
 def run_engineer_eval(
@@ -45,7 +47,9 @@ def run_engineer_eval(
         request.env,
         request.split,
         data_root,
-        SourceConfig(batch_size=request.batch_size),
+        SourceConfig(
+            batch_size=request.batch_size, incumbent=load_incumbent(request.on, request.env)
+        ),
     )[: request.limit_packets]
     if not sources:
         raise SystemExit("no failed episodes in the runs: no held-out packet to propose for")

@@ -12,7 +12,7 @@ from rich.table import Table
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.contracts import Trajectory
 from harness_r1.envs import get_suite
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.evaluation import summarize
 from harness_r1.harness.tasks import spread
 
@@ -25,6 +25,7 @@ class EvalRequest:
     seed: int = 0
     out: Path | None = None
     target: TargetSpec = field(default_factory=TargetSpec)
+    on: list[Path] = field(default_factory=list)  # the incumbent's chain; empty: base harness
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -44,6 +45,18 @@ def rate_table(trajectories: list[Trajectory], title: str) -> Table:
     return table
 
 
+def _incumbent_hooks(on: list[Path], env: str) -> HookSet:
+    """The incumbent's composed patch in one isolated worker shared by the episodes (hooks get
+    their state with each call), or the base harness."""
+    from harness_r1.cli.jobs.canary import load_incumbent
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+
+    incumbent = load_incumbent(on, env)
+    if incumbent.patch is None:
+        return NoHooks()
+    return IsolatedHooks(incumbent.patch, SandboxConfig(), overlay_id=incumbent.overlay_id)
+
+
 def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Trajectory]:
     suite = get_suite(request.env)
     if request.split not in suite.splits:
@@ -53,9 +66,8 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
     tasks = spread(suite.load_tasks(data_root, request.split), request.limit)
     policy = request.target.build_policy()
     runtime = HarnessRuntime(suite, policy, data_root, request.target.run_config("eval"))
-    specs = [
-        EpisodeSpec(task=t, seed=request.seed + i, hooks=NoHooks()) for i, t in enumerate(tasks)
-    ]
+    hooks = _incumbent_hooks(request.on, request.env)
+    specs = [EpisodeSpec(task=t, seed=request.seed + i, hooks=hooks) for i, t in enumerate(tasks)]
     sink = None
     if request.out is not None:
         request.out.parent.mkdir(parents=True, exist_ok=True)
@@ -79,8 +91,12 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
             trajectories = runtime.run(specs, on_done=done)
     finally:
         runtime.close()
+        close = getattr(hooks, "close", None)
+        if close is not None:
+            close()
         if sink is not None:
             sink.close()
-    title = f"{policy.model_id} on {request.env}/{request.split}, base harness, seed {request.seed}"
+    harness = "base harness" if not request.on else f"overlay {hooks.overlay_id}"
+    title = f"{policy.model_id} on {request.env}/{request.split}, {harness}, seed {request.seed}"
     Console().print(rate_table(trajectories, title))
     return trajectories
