@@ -418,6 +418,15 @@ def packet_row(source: PacketSource) -> dict[str, Any]:
         "splits": [t.split for t in source.tasks],
         "seeds": list(source.seeds),
         "packet": source.packet.model_dump(mode="json"),
+        # the harness candidates were judged against: its id and links, oldest first (none:
+        # the base harness), so GRPO re-runs the canary against the same incumbent
+        "incumbent": {
+            "overlay_id": source.incumbent.overlay_id,
+            "links": [
+                {"overlay_id": link.overlay_id, "patch": link.patch.model_dump(mode="json")}
+                for link in source.incumbent.links
+            ],
+        },
     }
 
 

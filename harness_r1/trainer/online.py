@@ -4,20 +4,23 @@ real task ids, splits and seeds of the episodes it was built from).
 
 The resolver hands `CanaryReward` the packet's own batch and a runner over the frozen target,
 so the reward of a sampled patch is its delta on exactly the failures it was written for (the
-paper's transductive objective). Unknown packet ids and missing tasks raise LookupError: a
-wiring error, never a reward.
+paper's transductive objective), against the incumbent the row records (the deployed harness
+the cold start judged against; none: the base harness). Unknown packet ids and missing tasks
+raise LookupError: a wiring error, never a reward.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness_r1.contracts import FailurePacket, TaskSpec
+from harness_r1.contracts import CanaryReport, FailurePacket, Patch, TaskSpec
 from harness_r1.envs import get_suite
-from harness_r1.sandbox.canary import CanaryBatch
+from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
+from harness_r1.sandbox.compose import Link
 from harness_r1.sandbox.gated import Evaluator
 from harness_r1.trainer.canary_reward import MappingResolver
 
@@ -36,6 +39,32 @@ def load_packet_rows(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{number}: not a packet row ({err})") from None
             rows.append(row)
     return rows
+
+
+def incumbent_of_row(row: dict[str, Any]) -> Incumbent:
+    """The incumbent a packet row's candidates were judged against (rows written before
+    incumbents were recorded, or with none: the base harness)."""
+    recorded = row.get("incumbent") or {}
+    links = [
+        Link(str(link["overlay_id"]), Patch.model_validate(link["patch"]))
+        for link in recorded.get("links", [])
+    ]
+    if not links:
+        return BASE
+    return Incumbent.of_chain(str(recorded["overlay_id"]), links)
+
+
+@dataclass(frozen=True)
+class OnIncumbent:
+    """An Evaluator that judges every batch against one incumbent (a packet row's)."""
+
+    runner: Evaluator
+    incumbent: Incumbent
+
+    def evaluate(
+        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+    ) -> CanaryReport:
+        return self.runner.evaluate(batch, candidates, self.incumbent)
 
 
 def packets_and_resolver(
@@ -67,5 +96,10 @@ def packets_and_resolver(
         )
         batch = CanaryBatch(env, chosen, tuple(int(s) for s in row["seeds"]))
         packets.append(packet)
-        batches[packet.packet_id] = (batch, runner_for(env))
+        incumbent = incumbent_of_row(row)
+        runner = runner_for(env)
+        batches[packet.packet_id] = (
+            batch,
+            runner if incumbent.patch is None else OnIncumbent(runner, incumbent),
+        )
     return packets, MappingResolver(batches)

@@ -419,3 +419,16 @@ def test_sources_over_an_incumbent_show_its_hooks_and_judge_against_it(
     finally:
         runner.runtime.close()
     assert seen == ["ov-hint", "ov-hint"]  # every packet's candidates judged against it
+    # GRPO re-runs the canary from packets.jsonl: against the same incumbent
+    from harness_r1.trainer.online import OnIncumbent, load_packet_rows, packets_and_resolver
+
+    rows = load_packet_rows(tmp_path / "o" / PACKETS_FILE)
+    assert [row["incumbent"]["overlay_id"] for row in rows] == ["ov-hint", "ov-hint"]
+    packets, resolver = packets_and_resolver(rows, world["root"], lambda env: runner)
+    _, judged = resolver.resolve(packets[0].packet_id)
+    assert isinstance(judged, OnIncumbent) and judged.incumbent.patch == incumbent.patch
+    base_rows = [{**row, "incumbent": None} for row in rows]
+    _, plain = packets_and_resolver(base_rows, world["root"], lambda env: runner)[1].resolve(
+        packets[0].packet_id
+    )
+    assert plain is runner
