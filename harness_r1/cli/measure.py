@@ -51,6 +51,13 @@ def eval_command(
     draft_tokens: DraftTokens = TARGET_DRAFT_TOKENS,
     dtype: TargetDtype = TARGET_DTYPE,
     on: OnIncumbent = None,
+    self_refine: Annotated[
+        bool,
+        typer.Option(
+            help="Self-Refine (the paper's prompt-level baseline): each failure is critiqued "
+            "by the target and replayed once with the critique; --out gets what counts."
+        ),
+    ] = False,
 ) -> None:
     """Run the frozen target on real tasks under the base harness (or the incumbent overlay
     `--on`) and report success rates.
@@ -75,7 +82,14 @@ def eval_command(
         dtype=dtype,
     )
     request = EvalRequest(
-        env=env, split=split, limit=limit, seed=seed, out=out, target=target, on=list(on or [])
+        env=env,
+        split=split,
+        limit=limit,
+        seed=seed,
+        out=out,
+        target=target,
+        on=list(on or []),
+        self_refine=self_refine,
     )
     run_eval(request, settings.data_root(), console)
 

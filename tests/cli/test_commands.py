@@ -91,6 +91,25 @@ def test_eval_on_an_incumbent_runs_its_hooks(tmp_path: Path) -> None:
     assert "overlay on-" in result.output
 
 
+@pytest.mark.integration
+def test_eval_with_self_refine_replays_failures_with_the_targets_critique(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "refined.jsonl"
+    args = ["eval", "--env", "dbbench", "--split", "dev", "--limit", "2", "--max-steps", "1"]
+    result = runner.invoke(
+        app, [*args, "--max-new-tokens", "16", "--out", str(out), "--self-refine"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    trajectories = [Trajectory.model_validate_json(line) for line in lines]
+    assert len(trajectories) == 2  # the ones that count, one per task
+    replayed = [t for t in trajectories if t.harness_version == "self-refine"]
+    assert replayed, "SmolLM2 solves no DBBench task in one step: both are replayed"
+    assert all(t.episode_start_effects for t in replayed)  # the critique, as a skill
+    assert "first attempts" in result.output and "Self-Refine: 2 failures" in result.output
+
+
 def test_patch_check_accepts_reference_patches_and_rejects_hostile(tmp_path: Path) -> None:
     from harness_r1.sandbox.patchfile import REFERENCE_DIR
 

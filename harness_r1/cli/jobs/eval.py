@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from harness_r1.contracts import Trajectory
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.evaluation import summarize
+from harness_r1.harness.policies.base import Policy
 from harness_r1.harness.tasks import spread
 
 
@@ -26,6 +28,9 @@ class EvalRequest:
     out: Path | None = None
     target: TargetSpec = field(default_factory=TargetSpec)
     on: list[Path] = field(default_factory=list)  # the incumbent's chain; empty: base harness
+    # Self-Refine (harness.refine): failures critiqued by the target and replayed once; `out`
+    # gets the trajectories that count (the replay where the first attempt failed)
+    self_refine: bool = False
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -55,6 +60,28 @@ def _incumbent_hooks(on: list[Path], env: str) -> HookSet:
     if incumbent.patch is None:
         return NoHooks()
     return IsolatedHooks(incumbent.patch, SandboxConfig(), overlay_id=incumbent.overlay_id)
+
+
+def _refined(
+    runtime: HarnessRuntime,
+    policy: Policy,
+    specs: list[EpisodeSpec],
+    hooks: HookSet,
+    done: Callable[[Trajectory], None],
+    console: Console,
+) -> list[Trajectory]:
+    """First attempts, then each failure critiqued and replayed; `done` gets the trajectories
+    that count, once each, in task order."""
+    from harness_r1.harness.refine import self_refine
+
+    result = self_refine(
+        runtime.run, policy, [(s.task, s.seed) for s in specs], hooks_for=lambda: hooks
+    )
+    Console().print(rate_table(result.first, "first attempts"))
+    console.print(f"Self-Refine: {result.retried} failures critiqued and replayed")
+    for trajectory in result.final:
+        done(trajectory)
+    return result.final
 
 
 def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Trajectory]:
@@ -88,7 +115,10 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
                     sink.flush()
                 progress.advance(bar)
 
-            trajectories = runtime.run(specs, on_done=done)
+            if request.self_refine:
+                trajectories = _refined(runtime, policy, specs, hooks, done, console)
+            else:
+                trajectories = runtime.run(specs, on_done=done)
     finally:
         runtime.close()
         close = getattr(hooks, "close", None)
@@ -97,6 +127,8 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
         if sink is not None:
             sink.close()
     harness = "base harness" if not request.on else f"overlay {hooks.overlay_id}"
+    if request.self_refine:
+        harness += " + Self-Refine"
     title = f"{policy.model_id} on {request.env}/{request.split}, {harness}, seed {request.seed}"
     Console().print(rate_table(trajectories, title))
     return trajectories
