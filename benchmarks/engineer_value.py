@@ -15,7 +15,7 @@ Held-out tasks never reach a packet, a cold-start row or a canary of step 2: ass
 files (task ids of the train runs, the cold-start packets and the held-out runs).
 
 Resumable: a step whose output exists is skipped (delete an output to redo it). Results:
-DIR/results.json and a markdown table on stdout (BENCHMARKS.md, "The engineer's value").
+DIR/results-<env>.json and a markdown table on stdout (BENCHMARKS.md, "The engineer's value").
 Later stages (cold start >= 200 rows, SFT curve, GRPO, the engineers' rows) build on these
 files with the same splits.
 """
@@ -169,7 +169,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
     results = [stage_one(env, args.out, log) for env in args.envs.split(",")]
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    for result in results:  # one file per env: envs may run in separate invocations
+        path = args.out / f"results-{result['env']}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
     print(table(results))
 
 
