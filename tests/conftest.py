@@ -2,12 +2,17 @@
 see harness_r1/consumers/broker.py) for the whole session, started only by tests that ask for it;
 tests keep apart by using their own topic names. `pg_url`: a PostgreSQL database of this test
 process's own on the local server, so processes running at once cannot drop each other's
-tables."""
+tables. `start_prometheus`: a real Prometheus server (Debian's) with a config the test writes,
+stopped at the end of the test; the test skips, saying why, where none is installed."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -22,6 +27,51 @@ def kafka_broker() -> Iterator[EmbeddedBroker]:
         yield broker
     finally:
         broker.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """`start(config_yaml)` writes the config (rule files it names go beside it, in
+    `tmp_path`) and starts Prometheus on a free port; returns its base URL. Not waited for:
+    callers poll the API, which refuses connections until the server listens."""
+    binary = shutil.which("prometheus")
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def start(config: str) -> str:
+        if binary is None:
+            pytest.skip("prometheus not installed (Debian package prometheus)")
+        path = tmp_path / "prometheus.yml"
+        path.write_text(config)
+        port = _free_port()
+        servers.append(
+            subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={path}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / "prometheus.log").open("wb"),
+            )
+        )
+        return f"http://127.0.0.1:{port}"
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 #: The local PostgreSQL (trust auth); the tests make their own databases on it.

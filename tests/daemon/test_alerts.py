@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import random
 import shutil
-import socket
 import sqlite3
-import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +33,9 @@ from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
-PROMETHEUS = shutil.which("prometheus")
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rules.yml"
 RECORDS = 50
 WATCHED = ("HarnessR1IngestStalled", "HarnessR1NotReady")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _short_for_copy(path: Path) -> None:
@@ -76,37 +67,15 @@ def daemon(settings: Settings) -> Iterator[Built]:
 
 
 @pytest.fixture
-def prometheus(daemon: Built, tmp_path: Path) -> Iterator[str]:
-    if PROMETHEUS is None:
-        pytest.skip("prometheus not installed (Debian package prometheus)")
+def prometheus(daemon: Built, tmp_path: Path, start_prometheus: Callable[[str], str]) -> str:
     shutil.copy(RULES, tmp_path / "rules.yml")
     _short_for_copy(tmp_path / "rules_short_for.yml")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    return start_prometheus(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "rule_files: [rules.yml, rules_short_for.yml]\n"
         "scrape_configs:\n  - job_name: harness-r1\n    static_configs:\n"
         f"      - targets: ['127.0.0.1:{daemon.health.port}']\n"
     )
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("wb"),
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def _scraped(api: str) -> bool:

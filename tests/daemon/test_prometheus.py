@@ -7,10 +7,9 @@ them these tests skip, saying so."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +24,7 @@ from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
-PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
 
 
 @pytest.fixture
@@ -69,36 +68,16 @@ def test_promtool_finds_nothing_to_fix(daemon: Built) -> None:
     assert bad.returncode != 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)"
-)
-def test_a_real_prometheus_scrapes_the_daemon(daemon: Built, tmp_path: Path) -> None:
+def test_a_real_prometheus_scrapes_the_daemon(
+    daemon: Built, start_prometheus: Callable[[str], str]
+) -> None:
     wait_for(lambda: 'reason="empty"} 1.0' in scrape(daemon), 30, "dead letters counted")
-    port = _free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    url = start_prometheus(
         "global:\n  scrape_interval: 1s\n"
         "scrape_configs:\n  - job_name: harness-r1\n    static_configs:\n"
         f"      - targets: ['127.0.0.1:{daemon.health.port}']\n"
     )
-    assert PROMETHEUS is not None
-    server = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("wb"),
-    )
-    api = f"http://127.0.0.1:{port}/api/v1/query"
+    api = f"{url}/api/v1/query"
 
     def query(expr: str) -> list[dict[str, object]]:
         try:
@@ -107,23 +86,14 @@ def test_a_real_prometheus_scrapes_the_daemon(daemon: Built, tmp_path: Path) -> 
             return []
         return list(body.get("data", {}).get("result", []))
 
-    try:
-        wait_for(lambda: bool(query("up == 1")), 60, "Prometheus to scrape the daemon")
-        wait_for(
-            lambda: bool(query("sum(harness_r1_dead_lettered_total) == 3")), 30, "dead letters"
-        )
-        reasons = {
-            str(row["metric"]["reason"]): float(row["value"][1])  # type: ignore[index]
-            for row in query("harness_r1_dead_lettered_total")
-        }
-        assert reasons["not_json"] == 1 and reasons["invalid"] == 1 and reasons["empty"] == 1
-        assert reasons["too_large"] == 0  # known reasons exist at zero
-        assert query("harness_r1_consumer_lag == 0")
-        assert query("process_resident_memory_bytes > 0")
-        assert query('harness_r1_patch_win_rate{env="alfworld"}')  # before any candidate
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+    wait_for(lambda: bool(query("up == 1")), 60, "Prometheus to scrape the daemon")
+    wait_for(lambda: bool(query("sum(harness_r1_dead_lettered_total) == 3")), 30, "dead letters")
+    reasons = {
+        str(row["metric"]["reason"]): float(row["value"][1])  # type: ignore[index]
+        for row in query("harness_r1_dead_lettered_total")
+    }
+    assert reasons["not_json"] == 1 and reasons["invalid"] == 1 and reasons["empty"] == 1
+    assert reasons["too_large"] == 0  # known reasons exist at zero
+    assert query("harness_r1_consumer_lag == 0")
+    assert query("process_resident_memory_bytes > 0")
+    assert query('harness_r1_patch_win_rate{env="alfworld"}')  # before any candidate

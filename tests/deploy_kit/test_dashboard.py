@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,7 +19,6 @@ from metric_names import exported_metric_names
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "harness-r1.json"
 )
-PROMETHEUS = shutil.which("prometheus")
 #: what Grafana substitutes for its variables before sending a query
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$instance": ".*"}
 
@@ -76,44 +72,18 @@ def test_the_dashboard_shows_what_operators_watch() -> None:
         assert metric in text, metric
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def prometheus_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if PROMETHEUS is None:
-        pytest.skip("prometheus not installed (Debian package prometheus)")
-    work = tmp_path_factory.mktemp("prometheus")
-    (work / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "prometheus.log").open("wb"),
-    )
-    api = f"http://127.0.0.1:{port}/api/v1/query"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(api, params={"query": "1"}, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "Prometheus did not start"
-            time.sleep(0.2)
-        yield api
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+@pytest.fixture
+def prometheus_api(start_prometheus: Callable[[str], str]) -> str:
+    api = start_prometheus("global:\n  scrape_interval: 15s\n") + "/api/v1/query"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(api, params={"query": "1"}, timeout=2).status_code == 200:
+                return api
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "Prometheus did not start"
+        time.sleep(0.2)
 
 
 def test_every_query_parses_in_prometheus(prometheus_api: str) -> None:
