@@ -10,7 +10,10 @@ Per env, every step a `harness-r1` command (printed, and kept in DIR/commands.lo
    **incumbent**, the deployed harness every engineer is trained and judged against
    (`<env>-incumbent.txt`);
 3. on the held-out split: the base harness, the incumbent alone, and the incumbent with
-   Self-Refine (the target critiques its failure and replays it), with Wilson 95% intervals.
+   Self-Refine (the target critiques its failure and replays it), with Wilson 95% intervals;
+4. with `--teacher`: the template teacher as an engineer on held-out packets against the
+   incumbent (valid fraction, mean canary delta, share improving) and the held-out success of
+   its best patch composed onto the incumbent.
 Held-out tasks never reach a packet, a cold-start row or a canary of step 2: asserted on the
 files (task ids of the train runs, the cold-start packets and the held-out runs).
 
@@ -146,13 +149,58 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
     }
 
 
+def stage_teacher(env: str, out: Path, log: Path) -> dict[str, Any] | None:
+    """The template teacher as an engineer on held-out packets (failures of the held-out runs
+    under the incumbent), K proposals each, canaried against the incumbent: valid fraction,
+    mean delta, share improving; then its best patch, composed onto the incumbent, on the
+    held-out tasks (transductive, as the canary: the same tasks it was chosen on). Its packets
+    are held-out ones and stay in their own folder: no training stage reads them."""
+    _, heldout = SPLITS[env]
+    incumbent_file = out / f"{env}-incumbent.txt"
+    runs = out / f"{env}-heldout-incumbent.jsonl"
+    if not incumbent_file.exists() or not runs.exists():
+        return None
+    teacher = out / f"{env}-eval-teacher"
+    on = ["--on", str(incumbent_file)]
+    if not (teacher / "stats.json").exists():
+        run([HR, "train", "coldstart", str(runs), "--env", env, "--split", heldout,
+             "--out", str(teacher), "-k", str(K), "--batch-size", str(BATCH), *on,
+             "--baseline-cache", str(out / "baselines"), *TARGET], log)  # fmt: skip
+    rows = trajectories(teacher / "dataset.jsonl") + trajectories(teacher / "rejected.jsonl")
+    deltas = [r["metadata"].get("delta_success") for r in rows]
+    evaluated = [d for d in deltas if d is not None]
+    best = best_kept(teacher / "dataset.jsonl")
+    summary: dict[str, Any] = {
+        "proposals": len(rows),
+        "valid": len(evaluated),
+        "valid_fraction": len(evaluated) / len(rows) if rows else 0.0,
+        "mean_delta": sum(evaluated) / len(evaluated) if evaluated else None,
+        "improving_fraction": sum(d > 0 for d in evaluated) / len(rows) if rows else 0.0,
+        "best_delta": best["metadata"]["delta_success"] if best else None,
+    }
+    if best is not None and best["metadata"]["delta_success"] > 0:
+        link = out / f"{env}-teacher-best.txt"
+        link.write_text(best["completion"][-1]["content"], encoding="utf-8")
+        path = out / f"{env}-heldout-incumbent+teacher.jsonl"
+        if not path.exists():
+            run([HR, "eval", "--env", env, "--split", heldout, "--limit",
+                 str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *on,
+                 "--on", str(link), "--out", str(path)], log)  # fmt: skip
+        summary["heldout_after_best"] = rate(path)
+    return summary
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| env | condition | held-out success | 95% interval |",
         "| --- | --- | --- | --- |",
     ]
     for result in results:
-        for name, row in result["heldout"].items():
+        rows = dict(result["heldout"])
+        after = (result.get("teacher") or {}).get("heldout_after_best")
+        if after is not None:
+            rows["incumbent+teacher's best"] = after
+        for name, row in rows.items():
             low, high = row["ci"]
             lines.append(
                 f"| {result['env']} | {name} | {row['successes']}/{row['n']} "
@@ -165,10 +213,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default="webshop,dbbench,alfworld")
     parser.add_argument("--out", type=Path, default=Path("runs/engineer-value"))
+    parser.add_argument(
+        "--teacher", action="store_true", help="Also score the template teacher (stage 2)."
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
-    results = [stage_one(env, args.out, log) for env in args.envs.split(",")]
+    results = []
+    for env in args.envs.split(","):
+        result = stage_one(env, args.out, log)
+        if args.teacher:
+            result["teacher"] = stage_teacher(env, args.out, log)
+        results.append(result)
     for result in results:  # one file per env: envs may run in separate invocations
         path = args.out / f"results-{result['env']}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")
