@@ -145,8 +145,9 @@ class PromptConfig:
     max_example_chars: int = 600
     # lean: the prompt for a small engineer (a 135M model on a CPU, where the ~2.5k-token
     # full prompt dominated every SFT and GRPO pass): the hook surface without the meanings,
-    # the rules that reject most patches, one example, and per episode the failure point's
-    # last `lean_snippets` steps of at most `lean_snippet_chars` chars, `lean_episodes` at most
+    # the rules that reject most patches, one example, and of each of the first
+    # `lean_episodes` episodes the last `lean_snippets` of its snippets (the packet cuts them
+    # around the failure point) at `lean_snippet_chars` chars
     lean: bool = False
     lean_episodes: int = 2
     lean_snippets: int = 3
@@ -490,18 +491,18 @@ def _episode_lines(episode: PacketEpisode, limit: int) -> list[str]:
 def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> str:
     """The packet as the engineer reads it: compact, deterministic plain text."""
     config = config or PromptConfig()
+    episodes = packet.episodes[: config.lean_episodes] if config.lean else packet.episodes
     signals = packet.signals.model_dump()
     counted = ", ".join(f"{name} {value}" for name, value in signals.items() if value)
     types = sorted({e.task_type for e in packet.episodes})
     lines = [
         f"Failure report, env {packet.env}: target {packet.target.model_id} "
         f"(version {packet.target.version}), harness {packet.harness_version}.",
-        f"{packet.failures} of {packet.batch_size} episodes failed; {len(packet.episodes)} shown.",
+        f"{packet.failures} of {packet.batch_size} episodes failed; {len(episodes)} shown.",
         f"Task types: {', '.join(types) if types else 'none'}.",
         f"Signals: {counted or 'none'}.",
     ]
     lines += _incumbent_lines(packet)
-    episodes = packet.episodes[: config.lean_episodes] if config.lean else packet.episodes
     limit = config.lean_snippet_chars if config.lean else config.snippet_chars
     for episode in episodes:
         if config.lean:

@@ -635,6 +635,7 @@ def test_the_lean_packet_shows_the_failure_points_last_steps(packet: FailurePack
     lean = engineer_messages(packet, config=LEAN)[1]["content"]
     assert len(packet.episodes) > LEAN.lean_episodes
     assert lean.count("\n### ") == LEAN.lean_episodes < full.count("\n### ")
+    assert f"; {LEAN.lean_episodes} shown." in lean  # the header counts what it shows
     first = packet.episodes[0]
     kept = first.snippets[-LEAN.lean_snippets :]
     assert f"step {kept[0].step}" in lean
