@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from harness_r1.consumers.broker import EmbeddedBroker
+from harness_r1.consumers.broker import EmbeddedBroker, free_port
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +26,6 @@ def kafka_broker() -> Iterator[EmbeddedBroker]:
         yield broker
     finally:
         broker.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -48,7 +41,7 @@ def start_prometheus(tmp_path: Path) -> Iterator[Callable[[str], str]]:
             pytest.skip("prometheus not installed (Debian package prometheus)")
         path = tmp_path / "prometheus.yml"
         path.write_text(config)
-        port = _free_port()
+        port = free_port()
         servers.append(
             subprocess.Popen(
                 [

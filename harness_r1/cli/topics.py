@@ -35,20 +35,18 @@ PartitionsOption = Annotated[
 ]
 
 
-def _specs(config: Path | None, replication: int, partitions: int) -> list[TopicSpec]:
+def _topics(
+    config: Path | None, replication: int, partitions: int
+) -> tuple[list[TopicSpec], KafkaSettings]:
+    """The recommended topics and the Kafka client settings, from one read of the settings."""
     from harness_r1.cli.settings import cli_settings
     from harness_r1.daemon.topics import recommended_topics
 
     settings = cli_settings(config)
-    return recommended_topics(
+    specs = recommended_topics(
         settings, replication_factor=replication, trajectory_partitions=partitions
     )
-
-
-def _kafka(config: Path | None) -> KafkaSettings:
-    from harness_r1.cli.settings import cli_settings
-
-    return cli_settings(config).kafka_client("harness-r1-cli")
+    return specs, settings.kafka_client("harness-r1-cli")
 
 
 @topics_app.command("create")
@@ -64,12 +62,11 @@ def topics_create(
     Example: `harness-r1 topics create --replication-factor 3`"""
     from harness_r1.consumers.topics import create_topics, describe_topics, differences
 
-    specs = _specs(config, replication_factor, trajectory_partitions)
+    specs, kafka = _topics(config, replication_factor, trajectory_partitions)
     if dry_run:
         for spec in specs:
             typer.echo(json.dumps(_plan(spec)))
         return
-    kafka = _kafka(config)
     outcome = create_topics(kafka, specs)
     states = {state.name: state for state in describe_topics(kafka, [s.name for s in specs])}
     must_fix = False
@@ -95,8 +92,8 @@ def topics_describe(
     Example: `harness-r1 topics describe --json`"""
     from harness_r1.consumers.topics import describe_topics, differences
 
-    specs = _specs(config, replication_factor, trajectory_partitions)
-    states = describe_topics(_kafka(config), [spec.name for spec in specs])
+    specs, kafka = _topics(config, replication_factor, trajectory_partitions)
+    states = describe_topics(kafka, [spec.name for spec in specs])
     pairs = list(zip(specs, states, strict=True))
     if as_json:
         for spec, state in pairs:
