@@ -50,6 +50,13 @@ def engineer_evaluate(
     out: Annotated[Path | None, typer.Option(help="Write the JSON report.")] = None,
     lean_prompt: LeanPrompt = False,
     on: OnIncumbent = None,
+    validity_only: Annotated[
+        bool,
+        typer.Option(
+            help="No canary: valid = parses, passes the static checks and composes onto the "
+            "incumbent (an SFT checkpoint's validity, without episodes)."
+        ),
+    ] = False,
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 
@@ -72,6 +79,7 @@ def engineer_evaluate(
             temperature=temperature,
             max_new_tokens=max_new_tokens,
             prompt=PromptConfig(lean=lean_prompt),
+            canary=not validity_only,
         ),
         out=out,
         limit_packets=limit_packets,

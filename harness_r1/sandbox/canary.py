@@ -113,6 +113,23 @@ class Incumbent:
 BASE = Incumbent()
 
 
+def composed_overlay(
+    candidate_id: str, patch: Patch, incumbent: Incumbent, validator: Validator
+) -> tuple[Patch | None, str | None]:
+    """The overlay `patch` runs as, composed onto `incumbent`, or why it cannot run: its own
+    static refusal, the composition's, or the composed overlay's (None when it can). The
+    canary's whole check before any episode, so a validity-only evaluation (no episodes) refuses
+    exactly what the canary would."""
+    reason = validator(patch)
+    if reason is not None:
+        return None, reason
+    try:
+        overlay = incumbent.with_link(candidate_id, patch)
+    except CompositionRefused as err:
+        return None, f"composition_{err.code}: {err.message}"
+    return overlay, validator(overlay)
+
+
 @dataclass(frozen=True)
 class CanaryConfig:
     invalid_reward: float = 0.0
@@ -435,14 +452,7 @@ class CanaryRunner:
         cannot run: its own parse or static refusal, or the composition's."""
         if candidate.invalid_reason is not None or candidate.patch is None:
             return None, candidate.invalid_reason
-        reason = self.validator(candidate.patch)
-        if reason is not None:
-            return None, reason
-        try:
-            overlay = incumbent.with_link(candidate.candidate_id, candidate.patch)
-        except CompositionRefused as err:
-            return None, f"composition_{err.code}: {err.message}"
-        return overlay, self.validator(overlay)
+        return composed_overlay(candidate.candidate_id, candidate.patch, incumbent, self.validator)
 
     def _invalid(self, candidate: Candidate, reason: str) -> CandidateResult:
         return CandidateResult(

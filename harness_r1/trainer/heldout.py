@@ -17,6 +17,12 @@ baseline episodes). Numbers per version:
   canary seconds (baseline episodes and seconds apart: they are paid once per packet and
   shared across versions through the baseline cache).
 
+Validity only (`HeldOutConfig.canary=False`, for an SFT checkpoint's validity curve, where the
+canary's episodes would cost far more than the generation): a proposal counts as valid when it
+parses, passes the static checks and composes onto the packet's incumbent under the canary's own
+pre-episode check (`sandbox.canary.composed_overlay`); a refused composition is rejected as
+`canary:composition_<code>`, as the canary would; no delta, no reward.
+
 A canary that fails as infrastructure (its baseline kept failing, the backend died) makes that
 packet's valid proposals `infra_errors`: no delta, no reward, the evaluation goes on.
 
@@ -34,8 +40,10 @@ from typing import Any
 
 import structlog
 
-from harness_r1.sandbox.canary import Candidate
+from harness_r1.contracts import CanaryReport
+from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent, composed_overlay
 from harness_r1.sandbox.gated import Evaluator
+from harness_r1.sandbox.intake import static_validator
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
 from harness_r1.trainer.prompt import PromptConfig
@@ -55,6 +63,7 @@ class HeldOutConfig:
     max_new_tokens: int = 512
     invalid_reward: float = 0.0
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    canary: bool = True  # False: validity only (parse, static, composition), no episodes
 
 
 @dataclass
@@ -189,8 +198,10 @@ def score_packet(
         else:
             score.rejected[f"{p.stage}:{p.reason}"] += 1
             score.rewards.append(config.invalid_reward)
+    if not config.canary:
+        candidates = _composable(candidates, source, config, score)
     score.valid = len(candidates)
-    if not candidates:
+    if not candidates or not config.canary:
         return score
     started = time.perf_counter()
     try:
@@ -214,6 +225,35 @@ def score_packet(
             score.deltas.append(result.delta_success)
             score.rewards.append(result.delta_success)
     return score
+
+
+class NoCanary:
+    """The evaluator of a validity-only evaluation (`HeldOutConfig.canary=False`): no target is
+    loaded, and nothing may ask it for episodes."""
+
+    def evaluate(
+        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+    ) -> CanaryReport:
+        raise AssertionError("a validity-only evaluation runs no canary")
+
+
+def _composable(
+    candidates: list[Candidate], source: PacketSource, config: HeldOutConfig, score: PacketScore
+) -> list[Candidate]:
+    """The candidates the canary would run (validity only): each composed onto the packet's
+    incumbent and checked as the canary checks it; the refused ones counted by reason."""
+    validator = static_validator(config.prompt.limits)
+    kept = []
+    for candidate in candidates:
+        assert candidate.patch is not None
+        _, reason = composed_overlay(
+            candidate.candidate_id, candidate.patch, source.incumbent, validator
+        )
+        if reason is None:
+            kept.append(candidate)
+        else:
+            score.rejected[f"canary:{reason.split(':')[0]}"] += 1
+    return kept
 
 
 def evaluate_engineer(

@@ -156,3 +156,56 @@ def test_an_infrastructure_failure_is_no_reward_and_the_evaluation_goes_on() -> 
     assert summary["mean_delta"] is None
     assert summary["mean_reward"] == 0.0  # only the two invalid proposals have a reward
     assert summary["improved_fraction"] == 0.0
+
+
+class NoEpisodes:
+    """Test double: a canary that fails the test if any episode is asked of it."""
+
+    def evaluate(self, batch: object, candidates: Sequence[object], incumbent: object) -> object:
+        raise AssertionError("validity only must run no episode")
+
+
+def test_validity_only_refuses_what_the_canary_would_and_runs_no_episode() -> None:
+    root = Settings().data_root()
+    run = _runtime(root)
+    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 4)
+    try:
+        trajectories = run.run(
+            [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+        )
+    finally:
+        run.close()
+    sources = sources_from_trajectories(trajectories, TaskIndex("webshop", root))
+    shopper = reference_patches("webshop")["webshop_shopper"]
+    # `replace` needs an incumbent hook to replace: on the base harness the composition refuses
+    replacing = Patch(
+        env="webshop",
+        hooks=[
+            HookCode(
+                hook="pre_action",
+                mode="replace",
+                code="def hook(ctx, state):\n    return None\n",
+            )
+        ],
+    )
+    engineer = FixedEngineer(
+        [
+            f"<patch>{shopper.model_dump_json()}</patch>",
+            "I would add a hook.",
+            f"<patch>{replacing.model_dump_json()}</patch>",
+        ]
+    )
+    report = evaluate_engineer(
+        sources,
+        engineer,
+        lambda _env: NoEpisodes(),  # type: ignore[arg-type,return-value]
+        HeldOutConfig(k=3, canary=False),
+    )
+    summary = report.summary()
+    assert summary["proposals"] == 3 and summary["valid"] == 1
+    assert summary["evaluated"] == 0 and summary["mean_delta"] is None
+    assert summary["rejected"] == {
+        "canary:composition_nothing_to_replace": 1,
+        "parse:no_patch_block": 1,
+    }
+    assert summary["canary_episodes"] == 0 and summary["baseline_episodes"] == 0

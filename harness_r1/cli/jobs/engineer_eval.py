@@ -3,7 +3,8 @@ fraction, mean canary delta, tokens/s) and write the report; see harness_r1/trai
 
 Packets are built from runs of the held-out split exactly as the cold start builds them from
 the training split, so before-SFT / after-SFT / after-GRPO numbers are comparable: run this once
-per version with the same runs, seed and `--baseline-cache`.
+per version with the same runs, seed and `--baseline-cache`. `--validity-only` loads no target
+and runs no episode (the valid fraction of an SFT checkpoint, cheaply).
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ from rich.console import Console
 from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.envs import get_suite
-from harness_r1.sandbox.canary import BaselineCache
+from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
 from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
 from harness_r1.trainer.engineer import EngineerSpec, build_engineer
-from harness_r1.trainer.heldout import HeldOutConfig, HeldOutReport, PacketScore, evaluate_engineer
+from harness_r1.trainer.heldout import (
+    HeldOutConfig,
+    HeldOutReport,
+    NoCanary,
+    PacketScore,
+    evaluate_engineer,
+)
 
 
 @dataclass(frozen=True)
@@ -53,15 +60,7 @@ def run_engineer_eval(
     )[: request.limit_packets]
     if not sources:
         raise SystemExit("no failed episodes in the runs: no held-out packet to propose for")
-    target = request.target.build_policy()
-    runner = build_canary_runner(
-        get_suite(request.env),
-        target,
-        data_root,
-        request.target.run_config("engineer-eval"),
-        cache=BaselineCache(request.baseline_cache),
-    )
-    runtime = runner.runtime
+    runner = _runner(request, data_root) if request.heldout.canary else None
     engineer = build_engineer(request.engineer)
     scored: list[PacketScore] = []
 
@@ -78,10 +77,11 @@ def run_engineer_eval(
     console.print(f"{len(sources)} held-out packets, engineer {engineer.model_id}")
     try:
         report = evaluate_engineer(
-            sources, engineer, lambda _env: runner, request.heldout, progress
+            sources, engineer, lambda _env: runner or NoCanary(), request.heldout, progress
         )
     finally:
-        runtime.close()
+        if runner is not None:
+            runner.runtime.close()
         close = getattr(engineer, "close", None)
         if callable(close):
             close()
@@ -89,6 +89,16 @@ def run_engineer_eval(
     if request.out is not None:  # the whole report is written: the progress copy has served
         request.out.with_suffix(".partial.json").unlink(missing_ok=True)
     return report
+
+
+def _runner(request: EngineerEvalRequest, data_root: Path) -> CanaryRunner:
+    return build_canary_runner(
+        get_suite(request.env),
+        request.target.build_policy(),
+        data_root,
+        request.target.run_config("engineer-eval"),
+        cache=BaselineCache(request.baseline_cache),
+    )
 
 
 def _write(path: Path | None, report: HeldOutReport) -> None:
