@@ -93,6 +93,15 @@ def sft(
     max_length: Annotated[
         int, typer.Option(help="Longest row (tokens); longer is refused.")
     ] = 4096,
+    save_steps: Annotated[int, typer.Option(help="Save a checkpoint every N steps.")] = 50,
+    keep_checkpoints: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Checkpoints kept (0: all; each checkpoint-N/ is a loadable adapter, "
+            "for a curve over training).",
+        ),
+    ] = 2,
 ) -> None:
     """Cold-start SFT (LoRA, completion-only loss); publishes the next engineer version.
 
@@ -107,6 +116,8 @@ def sft(
         batch_size=batch_size,
         threads=threads,
         max_length=max_length,
+        save_steps=save_steps,
+        save_total_limit=keep_checkpoints or None,
     )
     result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=cli_settings().cache)
     typer.echo(f"published {result.version_dir}")

@@ -70,8 +70,9 @@ class SftSettings:
         (TRL would cut it at the end, i.e. drop the patch the row is there to teach).
     lora_r / lora_alpha / lora_dropout / lora_targets: the adapter (peft LoraConfig).
     seed: adapter initialisation and data order.
-    save_steps / save_total_limit: checkpoint cadence and how many are kept (resume points);
-        the last step is always saved.
+    save_steps / save_total_limit: checkpoint cadence and how many are kept (resume points;
+        None keeps every one: each `checkpoint-N/` holds a loadable adapter, for a curve of
+        the engineer over training); the last step is always saved.
     logging_steps: how often the loss is logged.
     use_cpu: train on CPU (fp32, no gradient checkpointing); False uses the accelerator with
         bf16 where it supports it.
@@ -91,7 +92,7 @@ class SftSettings:
     lora_targets: tuple[str, ...] = LLAMA_LORA_TARGETS
     seed: int = 0
     save_steps: int = 50
-    save_total_limit: int = 2
+    save_total_limit: int | None = 2
     logging_steps: int = 1
     use_cpu: bool = True
     threads: int | None = None

@@ -540,6 +540,28 @@ def test_sft_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_sft_keeps_every_checkpoint_as_an_adapter_when_asked(tmp_path: Path) -> None:
+    """save_total_limit=None: a checkpoint per save step, each one a peft adapter directory
+    (what `engineer evaluate --adapter` loads for the SFT curve)."""
+    data = _sft_rows(tmp_path / "coldstart.jsonl")
+    settings = SftSettings(
+        output_root=tmp_path / "out",
+        max_steps=3,
+        batch_size=2,
+        max_length=256,
+        save_total_limit=None,
+        **TINY,  # save_steps=1
+    )
+    result = train_sft(data, settings=settings)
+    run_dir = Path(read_metadata(result.version_dir)["run_dir"])
+    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    weights = [(run_dir / c / "adapter_model.safetensors").read_bytes() for c in checkpoints]
+    assert all((run_dir / c / "adapter_config.json").is_file() for c in checkpoints)
+    assert len(set(weights)) == 3  # each step moved the adapter
+
+
+@pytest.mark.integration
 def test_sft_refuses_rows_that_would_lose_their_completion(tmp_path: Path) -> None:
     data = _sft_rows(tmp_path / "coldstart.jsonl")
     settings = SftSettings(output_root=tmp_path / "out", max_steps=1, max_length=32, **TINY)
