@@ -47,6 +47,22 @@ TRAIN_TASKS = {"alfworld": 16, "dbbench": 16, "webshop": 16}
 HELDOUT_TASKS = {"alfworld": 20, "dbbench": 20, "webshop": 20}
 #: the frozen target as in the demo and the CPU engineer runs: SmolLM2-135M greedy
 TARGET = ["--max-steps", "6", "--history-turns", "3", "--max-new-tokens", "64"]
+#: training tasks for the engineers' cold start (stage 3), run under the incumbent: every
+#: failure becomes packet material; sized for >= 200 kept rows across the three envs
+COLDSTART_TASKS = {"alfworld": 48, "dbbench": 150, "webshop": 40}
+#: the engineers' cold start: one template per teacher proposal (the shortest completions, what
+#: a 135M engineer can learn to copy) and the lean prompt
+COLDSTART_EXTRA = ["--lean-prompt", "--max-templates", "1"]
+MIN_COLDSTART_ROWS = 200
+COMMITTED = Path(__file__).parent / "results" / "engineer_value"
+#: the engineers' SFT: one epoch over the cold start, 2 rows a step, a checkpoint every 25 steps
+#: (all kept: the validity curve's points)
+SFT_ARGS = ["--epochs", "1", "--batch-size", "2", "--learning-rate", "4e-4",
+            "--save-steps", "25", "--keep-checkpoints", "0"]  # fmt: skip
+#: how every engineer samples on held-out packets (as the CPU engineer runs: 0.5 keeps a 135M
+#: engineer in the teacher's shape) and how many packets per env the validity curve uses
+ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
+CURVE_PACKETS = 2
 BATCH = 4  # episodes per packet
 K = 4  # teacher proposals per packet
 SEED = 0
@@ -149,6 +165,219 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
     }
 
 
+def incumbent_on(env: str, out: Path) -> list[str]:
+    """`--on` for the env's incumbent: stage 1's file in DIR, else the committed one (the
+    incumbent is a patch, no task data, so it is kept in the repository; stage 1 need not be
+    rerun to train against it). No incumbent (ALFWorld): the base harness, []."""
+    path = out / f"{env}-incumbent.txt"
+    committed = COMMITTED / path.name
+    if not path.exists() and committed.exists():
+        path.write_text(committed.read_text(encoding="utf-8"), encoding="utf-8")
+    return ["--on", str(path)] if path.exists() else []
+
+
+def heldout_task_ids(env: str) -> set[str]:
+    """Every task id of the env's held-out split (not only the ones run): none may be trained on."""
+    from harness_r1.envs import get_suite
+    from harness_r1.envs.data import default_data_root
+
+    root = default_data_root()
+    assert root is not None, "no data root (../shared/benchmarks)"
+    return {task.task_id for task in get_suite(env).load_tasks(root, SPLITS[env][1])}
+
+
+def assert_packets_train_only(env: str, folder: Path) -> None:
+    train, heldout = SPLITS[env]
+    packets = trajectories(folder / "packets.jsonl")
+    canaried = {task_id for row in packets for task_id in row["task_ids"]}
+    leaked = canaried & heldout_task_ids(env)
+    assert not leaked, f"{env}: held-out tasks in the engineers' cold start: {sorted(leaked)[:5]}"
+    splits = {split for row in packets for split in row["splits"]}
+    assert splits <= {train}, f"{env}: cold-start packets from {splits}"
+
+
+def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
+    """Stage 3: the engineers' cold start. The target on COLDSTART_TASKS training tasks under the
+    incumbent; its failures in packets of BATCH; K template-teacher proposals per packet, each
+    composed onto the incumbent and canaried against it; the lean prompt in every row."""
+    train, _ = SPLITS[env]
+    on = incumbent_on(env, out)
+    runs = out / f"{env}-train-incumbent.jsonl"
+    if not runs.exists():
+        run([HR, "eval", "--env", env, "--split", train, "--limit", str(COLDSTART_TASKS[env]),
+             "--seed", str(SEED), *TARGET, *on, "--out", str(runs)], log)  # fmt: skip
+    folder = out / f"{env}-engineer-coldstart"
+    if not (folder / "stats.json").exists():
+        run([HR, "train", "coldstart", str(runs), "--env", env, "--split", train,
+             "--out", str(folder), "-k", str(K), "--batch-size", str(BATCH), *on,
+             *COLDSTART_EXTRA, "--baseline-cache", str(out / "baselines"), *TARGET],
+            log)  # fmt: skip
+    assert_packets_train_only(env, folder)
+    stats = json.loads((folder / "stats.json").read_text())
+    kept = trajectories(folder / "dataset.jsonl")
+    deltas = [row["metadata"]["delta_success"] for row in kept]
+    return {
+        "train_runs_under_incumbent": rate(runs),
+        "packets": stats.get("packets"),
+        "proposals": stats.get("proposals"),
+        "kept": stats.get("kept"),
+        "rejected": stats.get("rejected"),
+        "kept_mean_delta": sum(deltas) / len(deltas) if deltas else None,
+        "kept_improving": sum(d > 0 for d in deltas),
+        "kept_templates": stats.get("kept_templates"),
+    }
+
+
+def merge_coldstart(envs: list[str], out: Path) -> int:
+    """All envs' kept rows in one SFT dataset (env order, then file order: deterministic)."""
+    rows = [
+        row
+        for env in envs
+        for row in trajectories(out / f"{env}-engineer-coldstart" / "dataset.jsonl")
+    ]
+    path = out / "engineer-coldstart.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return len(rows)
+
+
+def heldout_runs(env: str, out: Path, log: Path) -> Path:
+    """The held-out runs under the deployed harness (stage 1's file; the same command): the
+    failures the engineers are scored on."""
+    on = incumbent_on(env, out)
+    path = out / f"{env}-heldout-{'incumbent' if on else 'base'}.jsonl"
+    if not path.exists():
+        run([HR, "eval", "--env", env, "--split", SPLITS[env][1], "--limit",
+             str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *on,
+             "--out", str(path)], log)  # fmt: skip
+    return path
+
+
+def sft_version(out: Path) -> Path | None:
+    """The published SFT engineer trained on this cold start (its dataset's sha256), if any."""
+    from harness_r1.trainer.model_io import file_sha256
+    from harness_r1.trainer.versions import list_versions, read_metadata
+
+    sha = file_sha256(out / "engineer-coldstart.jsonl")
+    for version in list_versions(out / "engineer"):
+        meta = read_metadata(version)
+        if meta.get("kind") == "sft" and meta.get("dataset", {}).get("sha256") == sha:
+            return version
+    return None
+
+
+def stage_sft(envs: list[str], out: Path, log: Path) -> Path:
+    """Stage 4a: LoRA SFT of the engineer (SmolLM2-135M) on the merged cold start, one epoch,
+    a checkpoint every SFT_SAVE_STEPS kept (the curve's points). Resumable by `train sft`'s run
+    key: the same command continues from the last checkpoint."""
+    version = sft_version(out)
+    if version is None:
+        run([HR, "train", "sft", str(out / "engineer-coldstart.jsonl"), "--out",
+             str(out / "engineer"), *SFT_ARGS], log)  # fmt: skip
+        version = sft_version(out)
+    assert version is not None, "train sft published no version for this cold start"
+    return version
+
+
+def checkpoints(version: Path) -> list[tuple[int, Path]]:
+    """(step, adapter dir) of every checkpoint of the run that published `version`."""
+    from harness_r1.trainer.versions import read_metadata
+
+    run_dir = Path(read_metadata(version)["run_dir"])
+    found = [(int(p.name.rsplit("-", 1)[1]), p) for p in run_dir.glob("checkpoint-*")]
+    return sorted(found)
+
+
+def validity(env: str, adapter: Path | None, name: str, out: Path, log: Path) -> dict[str, Any]:
+    """One engineer's validity on the env's held-out packets (no canary: parse, static checks,
+    composition onto the incumbent), CURVE_PACKETS packets x K, the curve's fixed sampling."""
+    path = out / "sft-curve" / f"{env}-{name}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        extra = [] if adapter is None else ["--adapter", str(adapter)]
+        run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
+             "--split", SPLITS[env][1], *extra, "--validity-only", "--lean-prompt",
+             *incumbent_on(env, out), "-k", str(K), "--batch-size", str(BATCH),
+             "--limit-packets", str(CURVE_PACKETS), *ENGINEER_SAMPLING,
+             "--out", str(path)], log)  # fmt: skip
+    summary: dict[str, Any] = json.loads(path.read_text())["summary"]
+    return summary
+
+
+def stage_sft_curve(envs: list[str], out: Path, log: Path) -> list[dict[str, Any]]:
+    """Stage 4b: the held-out valid fraction of the untrained engineer and of every SFT
+    checkpoint, per env and pooled, with Wilson 95% intervals."""
+    version = stage_sft(envs, out, log)
+    points: list[tuple[int, Path | None]] = [(0, None), *checkpoints(version)]
+    curve = []
+    for step, adapter in points:
+        per_env = {env: validity(env, adapter, f"step{step:04d}", out, log) for env in envs}
+        valid = sum(s["valid"] for s in per_env.values())
+        proposals = sum(s["proposals"] for s in per_env.values())
+        low, high = wilson_interval(valid, proposals)
+        curve.append(
+            {
+                "step": step,
+                "valid": valid,
+                "proposals": proposals,
+                "valid_fraction": valid / proposals if proposals else None,
+                "ci": [low, high],
+                "per_env": {
+                    env: {
+                        k: s[k]
+                        for k in (
+                            "valid",
+                            "proposals",
+                            "rejected",
+                            "generated_tokens",
+                            "generate_seconds",
+                        )
+                    }  # fmt: skip
+                    for env, s in per_env.items()
+                },
+            }
+        )
+    return curve
+
+
+def training_log(version: Path) -> list[dict[str, Any]]:
+    """The Trainer's per-step log (loss, learning rate, ...) of the run behind `version`."""
+    steps = checkpoints(version)
+    if not steps:
+        return []
+    state = json.loads((steps[-1][1] / "trainer_state.json").read_text())
+    return [row for row in state["log_history"] if "loss" in row]
+
+
+def plot_sft(curve: list[dict[str, Any]], version: Path, path: Path) -> None:
+    """Two panels: the held-out valid fraction over SFT steps (pooled with its 95% interval,
+    and per env), and the training loss per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    steps = [point["step"] for point in curve]
+    pooled = [point["valid_fraction"] for point in curve]
+    low = [f - point["ci"][0] for f, point in zip(pooled, curve, strict=True)]
+    high = [point["ci"][1] - f for f, point in zip(pooled, curve, strict=True)]
+    left.errorbar(steps, pooled, yerr=[low, high], marker="o", capsize=3, label="all envs")
+    for env in curve[0]["per_env"]:
+        fractions = [p["per_env"][env]["valid"] / p["per_env"][env]["proposals"] for p in curve]
+        left.plot(steps, fractions, marker=".", linestyle="--", alpha=0.7, label=env)
+    left.axhline(0.8, color="grey", linewidth=0.8, linestyle=":", label="goal 0.8")
+    left.set(xlabel="SFT step", ylabel="held-out valid fraction", ylim=(0, 1.05))
+    left.set_title("Held-out proposals that would run (95% interval)")
+    left.legend(fontsize=8)
+    log = training_log(version)
+    right.plot([row["step"] for row in log], [row["loss"] for row in log], linewidth=0.8)
+    right.set(xlabel="SFT step", ylabel="training loss (completion tokens)")
+    right.set_title("SFT loss")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def stage_teacher(env: str, out: Path, log: Path) -> dict[str, Any] | None:
     """The template teacher as an engineer on held-out packets (failures of the held-out runs
     under the incumbent), K proposals each, canaried against the incumbent: valid fraction,
@@ -216,9 +445,39 @@ def main() -> None:
     parser.add_argument(
         "--teacher", action="store_true", help="Also score the template teacher (stage 2)."
     )
+    parser.add_argument(
+        "--coldstart",
+        action="store_true",
+        help="Stage 3 only: the engineers' cold start against the incumbents.",
+    )
+    parser.add_argument(
+        "--sft",
+        action="store_true",
+        help="Stage 4 only: SFT on the cold start and its held-out validity curve.",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
+    if args.sft:
+        envs = args.envs.split(",")
+        curve = stage_sft_curve(envs, args.out, log)
+        (args.out / "results-sft-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
+        version = sft_version(args.out)
+        assert version is not None
+        plot_sft(curve, version, args.out / "sft-curve.png")
+        for point in curve:
+            low, high = point["ci"]
+            print(f"step {point['step']}: {point['valid']}/{point['proposals']} valid "
+                  f"[{low:.0%}, {high:.0%}]")  # fmt: skip
+        return
+    if args.coldstart:
+        envs = args.envs.split(",")
+        summary = {env: stage_coldstart(env, args.out, log) for env in envs}
+        summary["total_kept"] = merge_coldstart(envs, args.out)
+        (args.out / "results-coldstart.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(json.dumps(summary, indent=2))
+        assert summary["total_kept"] >= MIN_COLDSTART_ROWS or len(envs) < 3, "too few rows"
+        return
     results = []
     for env in args.envs.split(","):
         result = stage_one(env, args.out, log)
