@@ -57,12 +57,27 @@ def engineer_evaluate(
             "incumbent (an SFT checkpoint's validity, without episodes)."
         ),
     ] = False,
+    gate: Annotated[
+        bool,
+        typer.Option(
+            help="Also the promotion gate's verdicts: a proposal that gains on its packet runs "
+            "on the runs' other tasks (the guard) and counts as promoted without a significant "
+            "regression there."
+        ),
+    ] = False,
+    gate_min_batch: Annotated[
+        int, typer.Option(min=1, help="The gate's least batch size (daemon default 8).")
+    ] = 8,
+    gate_min_guard: Annotated[
+        int, typer.Option(min=1, help="The gate's least guard size (daemon default 20).")
+    ] = 20,
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 
     Example: `harness-r1 engineer evaluate runs/dev.jsonl --env dbbench --split dev --adapter
     artifacts/engineer/v0002 --out heldout.json`"""
     from harness_r1.cli.jobs.engineer_eval import EngineerEvalRequest, run_engineer_eval
+    from harness_r1.sandbox.gate import GateConfig
     from harness_r1.trainer.engineer import EngineerSpec
     from harness_r1.trainer.heldout import HeldOutConfig
     from harness_r1.trainer.prompt import PromptConfig
@@ -89,7 +104,12 @@ def engineer_evaluate(
         ),
         baseline_cache=baseline_cache,
         on=list(on or []),
+        gate=GateConfig(min_batch_tasks=gate_min_batch, min_guard_tasks=gate_min_guard)
+        if gate
+        else None,
     )
+    if gate and validity_only:
+        raise typer.BadParameter("--gate needs the canary: drop --validity-only")
     report = run_engineer_eval(request, settings.data_root(), console)
     typer.echo(json.dumps(report.summary(), indent=2))
 

@@ -191,9 +191,11 @@ def _canary_runs(
     return sorted(shown, key=lambda t: t.trajectory_id)
 
 
-def _tasks_and_seeds(
+def tasks_and_seeds(
     runs: Sequence[Trajectory], lookup: TaskLookup
 ) -> tuple[tuple[TaskSpec, ...], tuple[int, ...]]:
+    """The distinct (task, seed) pairs the runs played, in run order: what re-running them
+    (a canary batch) needs."""
     tasks: list[TaskSpec] = []
     seeds: list[int] = []
     seen: set[tuple[str, str, int]] = set()
@@ -236,7 +238,7 @@ def sources_from_trajectories(
                 packet = build_packet(chunk, config.packet, incumbent=live)
             except NoFailures:
                 continue
-            tasks, seeds = _tasks_and_seeds(_canary_runs(chunk, packet, config), lookup)
+            tasks, seeds = tasks_and_seeds(_canary_runs(chunk, packet, config), lookup)
             sources.append(PacketSource(packet, tasks, seeds, incumbent))
     return sources
 

@@ -13,6 +13,12 @@ baseline episodes). Numbers per version:
   compare on one scale); infrastructure failures are left out of both means and counted;
 - improved fraction: proposals with a positive delta, over all proposals but infrastructure
   failures;
+- promoted fraction (with a `HeldOutGate`): proposals the promotion gate (`sandbox.gate.decide`)
+  promotes, over all proposals but infrastructure failures: a candidate that gained on its
+  packet's batch is also run on a guard batch (every other held-out task and seed of the runs,
+  under the same incumbent) and promoted only without a significant regression there, as the
+  daemon promotes; the promoted patch is kept in its sample (`patch`), so the held-out success
+  after an engineer's best promoted patch can be measured;
 - cost: proposals, generated tokens, generation seconds and tokens/s, candidate episodes and
   canary seconds (baseline episodes and seconds apart: they are paid once per packet and
   shared across versions through the baseline cache).
@@ -40,9 +46,10 @@ from typing import Any
 
 import structlog
 
-from harness_r1.contracts import CanaryReport
+from harness_r1.contracts import CanaryReport, CandidateResult
 from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent, composed_overlay
-from harness_r1.sandbox.gated import Evaluator
+from harness_r1.sandbox.gate import GateConfig, decide
+from harness_r1.sandbox.gated import Evaluator, pairs_of
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
@@ -86,6 +93,10 @@ class PacketScore:
     baseline_seconds: float = 0.0
     # each proposal as written (cut to TEXT_CHARS) with its verdict, to read what went wrong
     samples: list[dict[str, Any]] = field(default_factory=list)
+    promoted: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)  # the gate's, per evaluated proposal
+    guard_episodes: int = 0
+    guard_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +114,10 @@ class PacketScore:
             "canary_seconds": round(self.canary_seconds, 3),
             "baseline_episodes": self.baseline_episodes,
             "baseline_seconds": round(self.baseline_seconds, 3),
+            "promoted": self.promoted,
+            "verdicts": dict(sorted(self.verdicts.items())),
+            "guard_episodes": self.guard_episodes,
+            "guard_seconds": round(self.guard_seconds, 3),
             "samples": self.samples,
         }
 
@@ -116,6 +131,7 @@ class HeldOutReport:
     engineer: str
     config: HeldOutConfig
     packets: list[PacketScore]
+    gated: bool = False
 
     def _all(self, name: str) -> list[float]:
         return [v for p in self.packets for v in getattr(p, name)]
@@ -141,6 +157,14 @@ class HeldOutReport:
             "mean_delta": _mean(deltas),
             "mean_reward": _mean(self._all("rewards")),
             "improved_fraction": sum(d > 0 for d in deltas) / judged if judged else None,
+            "gated": self.gated,
+            "promoted": sum(p.promoted for p in self.packets),
+            "promoted_fraction": (
+                sum(p.promoted for p in self.packets) / judged if judged and self.gated else None
+            ),
+            "verdicts": dict(sorted(sum((p.verdicts for p in self.packets), Counter()).items())),
+            "guard_episodes": sum(p.guard_episodes for p in self.packets),
+            "guard_seconds": round(sum(p.guard_seconds for p in self.packets), 3),
             "infra_errors": infra,
             "rejected": dict(sorted(rejected.items())),
             "generated_tokens": tokens,
@@ -160,12 +184,38 @@ class HeldOutReport:
         return {"summary": self.summary(), "packets": [p.to_dict() for p in self.packets]}
 
 
+@dataclass(frozen=True)
+class HeldOutGate:
+    """The promotion gate over held-out proposals. pool: every held-out (task, seed) of the runs;
+    a packet's guard batch is the pool without the packet's own tasks. config: the gate's rule
+    and minimum sizes (at CPU scale, packets of 4 and a pool of 20 need smaller minimums than
+    the daemon's 8 and 20: say which in the report)."""
+
+    pool: CanaryBatch
+    config: GateConfig = field(default_factory=GateConfig)
+
+    def guard_for(self, source: PacketSource) -> CanaryBatch | None:
+        own = {
+            (task.split, task.task_id, seed)
+            for task, seed in zip(source.tasks, source.seeds, strict=True)
+        }
+        rest = [
+            (task, seed)
+            for task, seed in zip(self.pool.tasks, self.pool.seeds, strict=True)
+            if (task.split, task.task_id, seed) not in own
+        ]
+        if not rest:
+            return None
+        return CanaryBatch(self.pool.env, tuple(t for t, _ in rest), tuple(s for _, s in rest))
+
+
 def score_packet(
     index: int,
     source: PacketSource,
     engineer: EngineerBackend,
     runner: Evaluator,
     config: HeldOutConfig,
+    gate: HeldOutGate | None = None,
 ) -> PacketScore:
     score = PacketScore(packet_id=source.packet.packet_id, tasks=len(source.tasks))
     started = time.perf_counter()
@@ -224,7 +274,54 @@ def score_packet(
         else:
             score.deltas.append(result.delta_success)
             score.rewards.append(result.delta_success)
+    if gate is not None:
+        _gate(score, report, candidates, source, runner, gate)
     return score
+
+
+def _gate(
+    score: PacketScore,
+    report: CanaryReport,
+    candidates: Sequence[Candidate],
+    source: PacketSource,
+    runner: Evaluator,
+    gate: HeldOutGate,
+) -> None:
+    """The gate's verdict on every evaluated proposal; the guard batch runs only for those
+    that gained on their batch (the gate rejects the rest before looking at a guard)."""
+    evaluated = [
+        r for r in report.candidates if r.status == "evaluated" and r.delta_success is not None
+    ]
+    gaining = {r.candidate_id for r in evaluated if (r.delta_success or 0.0) > 0}
+    guard_batch = gate.guard_for(source) if gaining else None
+    guard: dict[str, CandidateResult] = {}
+    if guard_batch is not None:
+        started = time.perf_counter()
+        try:
+            guarded = runner.evaluate(
+                guard_batch, [c for c in candidates if c.candidate_id in gaining], source.incumbent
+            )
+        except Exception as err:  # noqa: BLE001 - infrastructure: no promotion, go on
+            log.warning("held-out guard failed", packet_id=source.packet.packet_id, error=str(err))
+        else:
+            guard = {r.candidate_id: r for r in guarded.candidates if r.status == "evaluated"}
+            score.guard_episodes = guarded.baseline_cost.episodes + sum(
+                r.cost.episodes for r in guarded.candidates
+            )
+        score.guard_seconds = time.perf_counter() - started
+    patches = {c.candidate_id: c.patch for c in candidates}
+    samples = {f"p{sample['index']}": sample for sample in score.samples}
+    for result in evaluated:
+        guard_result = guard.get(result.candidate_id)
+        guard_pairs = pairs_of(guard_result) if guard_result is not None else None
+        decision = decide(pairs_of(result), guard_pairs, gate.config)
+        score.verdicts[decision.verdict] += 1
+        sample = samples[result.candidate_id]
+        sample.update(delta=result.delta_success, verdict=decision.verdict)
+        if decision.promote:
+            score.promoted += 1
+            patch = patches[result.candidate_id]
+            sample["patch"] = None if patch is None else patch.model_dump(mode="json")
 
 
 class NoCanary:
@@ -262,13 +359,17 @@ def evaluate_engineer(
     runner_for: Callable[[str], Evaluator],
     config: HeldOutConfig | None = None,
     on_packet: Callable[[PacketScore], None] | None = None,
+    gate: HeldOutGate | None = None,
 ) -> HeldOutReport:
-    """Score `engineer` on every held-out source, in order."""
+    """Score `engineer` on every held-out source, in order (with `gate`: and the gate's
+    verdicts)."""
     config = config or HeldOutConfig()
     scores = []
     for index, source in enumerate(sources):
-        score = score_packet(index, source, engineer, runner_for(source.env), config)
+        score = score_packet(index, source, engineer, runner_for(source.env), config, gate)
         scores.append(score)
         if on_packet is not None:
             on_packet(score)
-    return HeldOutReport(engineer=engineer.model_id, config=config, packets=scores)
+    return HeldOutReport(
+        engineer=engineer.model_id, config=config, packets=scores, gated=gate is not None
+    )

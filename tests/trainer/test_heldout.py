@@ -19,17 +19,19 @@ from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import BaselineCache, CanaryRunner, InfraFailure
+from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner, InfraFailure
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.trainer.coldstart_sources import (
     SourceConfig,
     TaskIndex,
     sources_from_trajectories,
+    tasks_and_seeds,
 )
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.heldout import HeldOutConfig, evaluate_engineer
+from harness_r1.trainer.heldout import HeldOutConfig, HeldOutGate, evaluate_engineer
 
 pytestmark = pytest.mark.integration
 JUNK = "Thought: buy. Action: nothing"  # scripted stand-in for the target model
@@ -209,3 +211,68 @@ def test_validity_only_refuses_what_the_canary_would_and_runs_no_episode() -> No
         "parse:no_patch_block": 1,
     }
     assert summary["canary_episodes"] == 0 and summary["baseline_episodes"] == 0
+
+
+def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
+    tmp_path: Path,
+) -> None:
+    """Packets of 4 from 8 runs: each packet's guard is the other packet's 4 tasks. The shopper
+    gains on the batch and on the guard (promoted, its patch kept); a hook that does nothing
+    has delta 0 (rejected, no guard run for it); with a guard minimum above the 4 tasks the
+    shopper is inconclusive, not promoted."""
+    root = Settings().data_root()
+    run = _runtime(root)
+    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
+    trajectories = run.run(
+        [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+    )
+    index = TaskIndex("webshop", root)
+    sources = sources_from_trajectories(trajectories, index, SourceConfig(batch_size=4))
+    assert len(sources) == 2
+    pool = CanaryBatch("webshop", *tasks_and_seeds(trajectories, index))
+    shopper = reference_patches("webshop")["webshop_shopper"]
+    idle = Patch(
+        env="webshop",
+        hooks=[HookCode(hook="pre_action", code="def hook(ctx, state):\n    return None\n")],
+    )
+    engineer = FixedEngineer(
+        [f"<patch>{shopper.model_dump_json()}</patch>", f"<patch>{idle.model_dump_json()}</patch>"]
+    )
+    runner = CanaryRunner(
+        run,
+        lambda patch, cid: IsolatedHooks(patch, SandboxConfig(), overlay_id=cid),
+        static_validator(),
+        cache=BaselineCache(tmp_path / "baselines"),
+    )
+    small = GateConfig(min_batch_tasks=4, min_guard_tasks=4)
+    strict = GateConfig(min_batch_tasks=4, min_guard_tasks=20)
+    try:
+        gated = evaluate_engineer(
+            sources,
+            engineer,
+            lambda _env: runner,
+            HeldOutConfig(k=2),
+            gate=HeldOutGate(pool, small),
+        )
+        too_small = evaluate_engineer(
+            sources[:1],
+            engineer,
+            lambda _env: runner,
+            HeldOutConfig(k=2),
+            gate=HeldOutGate(pool, strict),
+        )
+    finally:
+        run.close()
+    summary = gated.summary()
+    assert summary["gated"] and summary["evaluated"] == 4
+    assert summary["verdicts"] == {"promote": 2, "reject": 2}
+    assert summary["promoted"] == 2 and summary["promoted_fraction"] == 0.5
+    for packet in gated.packets:
+        shopper_sample, idle_sample = packet.samples
+        assert shopper_sample["verdict"] == "promote" and shopper_sample["delta"] > 0
+        assert Patch.model_validate(shopper_sample["patch"]).hooks == shopper.hooks
+        assert idle_sample["verdict"] == "reject" and "patch" not in idle_sample
+        # the guard ran the other packet's 4 tasks: its baseline and the shopper only
+        assert packet.guard_episodes == 4 + 4
+    assert too_small.summary()["verdicts"] == {"inconclusive": 1, "reject": 1}
+    assert too_small.summary()["promoted"] == 0

@@ -17,13 +17,21 @@ from rich.console import Console
 
 from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
+from harness_r1.consumers.packets import read_trajectories
 from harness_r1.envs import get_suite
-from harness_r1.sandbox.canary import BaselineCache, CanaryRunner
+from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner
 from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
+from harness_r1.sandbox.gate import GateConfig
+from harness_r1.trainer.coldstart_sources import (
+    SourceConfig,
+    TaskIndex,
+    sources_from_runs,
+    tasks_and_seeds,
+)
 from harness_r1.trainer.engineer import EngineerSpec, build_engineer
 from harness_r1.trainer.heldout import (
     HeldOutConfig,
+    HeldOutGate,
     HeldOutReport,
     NoCanary,
     PacketScore,
@@ -44,6 +52,7 @@ class EngineerEvalRequest:
     target: TargetSpec = field(default_factory=lambda: TargetSpec(max_new_tokens=64))
     baseline_cache: Path | None = None
     on: list[Path] = field(default_factory=list)  # the incumbent's chain; empty: base harness
+    gate: GateConfig | None = None  # with a gate: verdicts and the promoted fraction
 
 
 def run_engineer_eval(
@@ -60,6 +69,7 @@ def run_engineer_eval(
     )[: request.limit_packets]
     if not sources:
         raise SystemExit("no failed episodes in the runs: no held-out packet to propose for")
+    gate = None if request.gate is None else _gate(request, data_root, request.gate)
     runner = _runner(request, data_root) if request.heldout.canary else None
     engineer = build_engineer(request.engineer)
     scored: list[PacketScore] = []
@@ -67,7 +77,7 @@ def run_engineer_eval(
     def progress(score: PacketScore) -> None:
         scored.append(score)  # the report so far is on disk (.partial) after every packet
         partial = None if request.out is None else request.out.with_suffix(".partial.json")
-        _write(partial, HeldOutReport(engineer.model_id, request.heldout, scored))
+        _write(partial, HeldOutReport(engineer.model_id, request.heldout, scored, gate is not None))
         console.print(
             f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
             f"deltas {score.deltas}, {score.generated_tokens} tokens in "
@@ -77,7 +87,7 @@ def run_engineer_eval(
     console.print(f"{len(sources)} held-out packets, engineer {engineer.model_id}")
     try:
         report = evaluate_engineer(
-            sources, engineer, lambda _env: runner or NoCanary(), request.heldout, progress
+            sources, engineer, lambda _env: runner or NoCanary(), request.heldout, progress, gate
         )
     finally:
         if runner is not None:
@@ -89,6 +99,13 @@ def run_engineer_eval(
     if request.out is not None:  # the whole report is written: the progress copy has served
         request.out.with_suffix(".partial.json").unlink(missing_ok=True)
     return report
+
+
+def _gate(request: EngineerEvalRequest, data_root: Path, config: GateConfig) -> HeldOutGate:
+    """Every (task, seed) of the held-out runs: each packet's guard batch is the rest of it."""
+    runs = [t for path in request.runs for t in read_trajectories(path)]
+    tasks, seeds = tasks_and_seeds(runs, TaskIndex(request.env, data_root))
+    return HeldOutGate(CanaryBatch(request.env, tasks, seeds), config)
 
 
 def _runner(request: EngineerEvalRequest, data_root: Path) -> CanaryRunner:
