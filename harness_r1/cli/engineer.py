@@ -57,6 +57,15 @@ def engineer_evaluate(
             "incumbent (an SFT checkpoint's validity, without episodes)."
         ),
     ] = False,
+    teacher: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=3,
+            help="Score the template teacher instead of a model, with this many templates per "
+            "patch (as `train coldstart --max-templates`): the teacher's row of the comparison.",
+        ),
+    ] = None,
     gate: Annotated[
         bool,
         typer.Option(
@@ -88,6 +97,7 @@ def engineer_evaluate(
         env=env,
         split=split,
         engineer=EngineerSpec(adapter=adapter, cache_dir=settings.cache, threads=threads),
+        teacher_templates=teacher,
         heldout=HeldOutConfig(
             k=k,
             seed=seed,
@@ -108,6 +118,8 @@ def engineer_evaluate(
         if gate
         else None,
     )
+    if teacher is not None and adapter is not None:
+        raise typer.BadParameter("--teacher scores the template teacher: drop --adapter")
     if gate and validity_only:
         raise typer.BadParameter("--gate needs the canary: drop --validity-only")
     report = run_engineer_eval(request, settings.data_root(), console)

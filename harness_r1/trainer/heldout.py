@@ -54,7 +54,8 @@ from harness_r1.sandbox.intake import static_validator
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
 from harness_r1.trainer.prompt import PromptConfig
-from harness_r1.trainer.propose import propose_patches
+from harness_r1.trainer.propose import classify
+from harness_r1.trainer.writers import EngineerWriter, PatchWriter
 
 log = structlog.get_logger(__name__)
 
@@ -212,22 +213,17 @@ class HeldOutGate:
 def score_packet(
     index: int,
     source: PacketSource,
-    engineer: EngineerBackend,
+    writer: PatchWriter,
     runner: Evaluator,
     config: HeldOutConfig,
     gate: HeldOutGate | None = None,
 ) -> PacketScore:
     score = PacketScore(packet_id=source.packet.packet_id, tasks=len(source.tasks))
     started = time.perf_counter()
-    proposals = propose_patches(
-        source.packet,
-        engineer,
-        config.k,
-        seed=config.seed + index,
-        temperature=config.temperature,
-        max_new_tokens=config.max_new_tokens,
-        config=config.prompt,
-    )
+    samples = writer.samples(source.packet, config.k, config.seed + index)
+    proposals = [
+        classify(sample, source.env, i, config.prompt.limits) for i, sample in enumerate(samples)
+    ]
     score.generate_seconds = time.perf_counter() - started
     score.proposals = len(proposals)
     score.generated_tokens = sum(p.sample.completion_tokens or 0 for p in proposals)
@@ -355,21 +351,27 @@ def _composable(
 
 def evaluate_engineer(
     sources: Sequence[PacketSource],
-    engineer: EngineerBackend,
+    engineer: EngineerBackend | PatchWriter,
     runner_for: Callable[[str], Evaluator],
     config: HeldOutConfig | None = None,
     on_packet: Callable[[PacketScore], None] | None = None,
     gate: HeldOutGate | None = None,
 ) -> HeldOutReport:
     """Score `engineer` on every held-out source, in order (with `gate`: and the gate's
-    verdicts)."""
+    verdicts). An engineer model is prompted with the config's prompt, temperature and token
+    budget; a PatchWriter (e.g. the template teacher) writes as it does in production."""
     config = config or HeldOutConfig()
+    writer = engineer if isinstance(engineer, PatchWriter) else _writer(engineer, config)
     scores = []
     for index, source in enumerate(sources):
-        score = score_packet(index, source, engineer, runner_for(source.env), config, gate)
+        score = score_packet(index, source, writer, runner_for(source.env), config, gate)
         scores.append(score)
         if on_packet is not None:
             on_packet(score)
     return HeldOutReport(
-        engineer=engineer.model_id, config=config, packets=scores, gated=gate is not None
+        engineer=writer.name, config=config, packets=scores, gated=gate is not None
     )
+
+
+def _writer(backend: EngineerBackend, config: HeldOutConfig) -> PatchWriter:
+    return EngineerWriter(backend, config.temperature, config.max_new_tokens, config.prompt)

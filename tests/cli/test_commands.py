@@ -178,6 +178,30 @@ def test_packet_build_prints_one_packet_per_group(tmp_path: Path) -> None:
     assert bad.exit_code != 0 and ":1:" in str(bad.exception)
 
 
+@pytest.mark.integration
+def test_engineer_evaluate_scores_the_template_teacher_for_validity_without_episodes(
+    tmp_path: Path,
+) -> None:
+    """`engineer evaluate --teacher N --validity-only`: the teacher writes (no engineer model),
+    its proposals are parsed, checked and composed, and no canary episode runs."""
+    runs = tmp_path / "dev.jsonl"
+    args = ["eval", "--env", "dbbench", "--split", "dev", "--limit", "4", "--max-steps", "1"]
+    result = runner.invoke(app, [*args, "--max-new-tokens", "16", "--out", str(runs)])
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "teacher.json"
+    evaluate = ["engineer", "evaluate", str(runs), "--env", "dbbench", "--split", "dev"]
+    options = ["-k", "2", "--batch-size", "2", "--validity-only", "--out", str(report)]
+    result = runner.invoke(app, [*evaluate, *options, "--teacher", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["engineer"] == "template" and summary["packets"] == 2
+    assert summary["proposals"] == 4 and summary["valid"] == 4  # the teacher writes valid patches
+    assert summary["canary_episodes"] == summary["baseline_episodes"] == 0
+    assert summary["gated"] is False and summary["promoted_fraction"] is None
+    refused = runner.invoke(app, [*evaluate, *options, "--teacher", "1", "--gate"])
+    assert refused.exit_code != 0 and "--gate needs the canary" in refused.output
+
+
 def test_engineer_propose_with_the_template_teacher(tmp_path: Path) -> None:
     from harness_r1.sandbox.parse import parse_engineer_output
     from harness_r1.sandbox.static import check_patch

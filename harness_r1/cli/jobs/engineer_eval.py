@@ -28,7 +28,7 @@ from harness_r1.trainer.coldstart_sources import (
     sources_from_runs,
     tasks_and_seeds,
 )
-from harness_r1.trainer.engineer import EngineerSpec, build_engineer
+from harness_r1.trainer.engineer import EngineerBackend, EngineerSpec, build_engineer
 from harness_r1.trainer.heldout import (
     HeldOutConfig,
     HeldOutGate,
@@ -37,6 +37,8 @@ from harness_r1.trainer.heldout import (
     PacketScore,
     evaluate_engineer,
 )
+from harness_r1.trainer.teacher import TeacherConfig
+from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class EngineerEvalRequest:
     baseline_cache: Path | None = None
     on: list[Path] = field(default_factory=list)  # the incumbent's chain; empty: base harness
     gate: GateConfig | None = None  # with a gate: verdicts and the promoted fraction
+    teacher_templates: int | None = None  # set: the template teacher writes, not the model
 
 
 def run_engineer_eval(
@@ -71,20 +74,25 @@ def run_engineer_eval(
         raise SystemExit("no failed episodes in the runs: no held-out packet to propose for")
     gate = None if request.gate is None else _gate(request, data_root, request.gate)
     runner = _runner(request, data_root) if request.heldout.canary else None
-    engineer = build_engineer(request.engineer)
+    engineer: EngineerBackend | PatchWriter = (
+        build_engineer(request.engineer)
+        if request.teacher_templates is None
+        else TemplateWriter(TeacherConfig(max_templates=request.teacher_templates))
+    )
+    name = engineer.name if isinstance(engineer, PatchWriter) else engineer.model_id
     scored: list[PacketScore] = []
 
     def progress(score: PacketScore) -> None:
         scored.append(score)  # the report so far is on disk (.partial) after every packet
         partial = None if request.out is None else request.out.with_suffix(".partial.json")
-        _write(partial, HeldOutReport(engineer.model_id, request.heldout, scored, gate is not None))
+        _write(partial, HeldOutReport(name, request.heldout, scored, gate is not None))
         console.print(
             f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
             f"deltas {score.deltas}, {score.generated_tokens} tokens in "
             f"{score.generate_seconds:.0f} s, canary {score.canary_seconds:.0f} s"
         )
 
-    console.print(f"{len(sources)} held-out packets, engineer {engineer.model_id}")
+    console.print(f"{len(sources)} held-out packets, engineer {name}")
     try:
         report = evaluate_engineer(
             sources, engineer, lambda _env: runner or NoCanary(), request.heldout, progress, gate
