@@ -63,6 +63,11 @@ SFT_ARGS = ["--epochs", "1", "--batch-size", "2", "--learning-rate", "4e-4",
 #: engineer in the teacher's shape) and how many packets per env the validity curve uses
 ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
 CURVE_PACKETS = 2
+#: the comparison's engineers, in the table's order (GRPO rows appear once trained)
+ENGINEERS = ("untrained", "teacher", "sft", "grpo")
+#: the promotion gate at this scale: packets of 4 tasks and a guard of the other 16 held-out
+#: tasks (the daemon's minimums, 8 and 20, would leave every verdict inconclusive here)
+GATE = ["--gate", "--gate-min-batch", "4", "--gate-min-guard", "12"]
 BATCH = 4  # episodes per packet
 K = 4  # teacher proposals per packet
 SEED = 0
@@ -378,6 +383,91 @@ def plot_sft(curve: list[dict[str, Any]], version: Path, path: Path) -> None:
     plt.close(fig)
 
 
+def engineer_args(name: str, out: Path) -> list[str] | None:
+    """How `engineer evaluate` runs each engineer of the table (None: not trained yet)."""
+    if name == "untrained":
+        return []
+    if name == "teacher":
+        return ["--teacher", "1"]  # as it wrote the cold start: one template per patch
+    if name == "sft":
+        version = sft_version(out)
+        return None if version is None else ["--adapter", str(version)]
+    path = out / f"engineer-{name}.txt"  # later engineers: the adapter dir, written by their stage
+    return ["--adapter", path.read_text().strip()] if path.exists() else None
+
+
+def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | None:
+    """One engineer on the env's held-out packets against the incumbent: K proposals per packet,
+    canaried, gated (guard: the other held-out tasks), and the held-out success of the deployed
+    harness after its best promoted patch (the incumbent alone when it promoted nothing)."""
+    args = engineer_args(name, out)
+    if args is None:
+        return None
+    on = incumbent_on(env, out)
+    path = out / "engineers" / f"{env}-{name}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
+             "--split", SPLITS[env][1], *args, "--lean-prompt", *on, "-k", str(K),
+             "--batch-size", str(BATCH), *ENGINEER_SAMPLING, *GATE,
+             "--max-steps", TARGET[1], "--history-turns", TARGET[3],
+             "--baseline-cache", str(out / "baselines"), "--out", str(path)], log)  # fmt: skip
+    report = json.loads(path.read_text())
+    summary = report["summary"]
+    promoted = [
+        sample for packet in report["packets"] for sample in packet["samples"] if "patch" in sample
+    ]
+    row: dict[str, Any] = {
+        "engineer": name,
+        "proposals": summary["proposals"],
+        "valid": summary["valid"],
+        "valid_ci": list(wilson_interval(summary["valid"], summary["proposals"])),
+        "evaluated": summary["evaluated"],
+        "deltas": [d for packet in report["packets"] for d in packet["deltas"]],
+        "mean_delta": summary["mean_delta"],
+        "promoted": summary["promoted"],
+        "promoted_ci": list(wilson_interval(summary["promoted"], summary["proposals"])),
+        "rejected": summary["rejected"],
+        "generate_seconds": summary["generate_seconds"],
+        "canary_seconds": summary["canary_seconds"],
+    }
+    row["mean_delta_ci"] = mean_interval(row["deltas"])
+    after = heldout_runs(env, out, log)
+    if promoted:
+        best = max(promoted, key=lambda sample: sample["delta"])  # first of the best
+        patch_file = out / "engineers" / f"{env}-{name}-best.json"
+        patch_file.write_text(json.dumps(best["patch"]), encoding="utf-8")
+        after = out / "engineers" / f"{env}-{name}-heldout-after-best.jsonl"
+        if not after.exists():
+            run([HR, "eval", "--env", env, "--split", SPLITS[env][1], "--limit",
+                 str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *on,
+                 "--on", str(patch_file), "--out", str(after)], log)  # fmt: skip
+    row["heldout_after_best"] = rate(after)
+    row["heldout_after_best"]["patched"] = bool(promoted)
+    return row
+
+
+def mean_interval(values: list[float], samples: int = 2000) -> list[float] | None:
+    """A 95% percentile-bootstrap interval of the mean (seeded: the same values, the same
+    interval); None without values."""
+    import random
+
+    if not values:
+        return None
+    rng = random.Random(0)
+    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(samples))
+    return [means[int(0.025 * samples)], means[int(0.975 * samples) - 1]]
+
+
+def stage_engineers(envs: list[str], out: Path, log: Path) -> dict[str, list[dict[str, Any]]]:
+    """Stage 5: the comparison table's engineer rows, per env (those trained so far)."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for env in envs:
+        found = [engineer_row(env, name, out, log) for name in ENGINEERS]
+        rows[env] = [row for row in found if row is not None]
+    return rows
+
+
 def stage_teacher(env: str, out: Path, log: Path) -> dict[str, Any] | None:
     """The template teacher as an engineer on held-out packets (failures of the held-out runs
     under the incumbent), K proposals each, canaried against the incumbent: valid fraction,
@@ -438,6 +528,28 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def engineers_table(rows: dict[str, list[dict[str, Any]]]) -> str:
+    lines = [
+        "| env | engineer | valid | mean delta [95%] | promoted | held-out after best |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for env, env_rows in rows.items():
+        for row in env_rows:
+            low, high = row["valid_ci"]
+            valid = f"{row['valid']}/{row['proposals']} [{low:.0%}, {high:.0%}]"
+            delta = "n/a"
+            if row["mean_delta"] is not None:
+                low, high = row["mean_delta_ci"]
+                delta = f"{row['mean_delta']:+.3f} [{low:+.3f}, {high:+.3f}]"
+            promoted = f"{row['promoted']}/{row['proposals']}"
+            after = row["heldout_after_best"]
+            held = f"{after['successes']}/{after['n']} [{after['ci'][0]:.0%}, {after['ci'][1]:.0%}]"
+            if not after["patched"]:
+                held += " (nothing promoted: the incumbent)"
+            lines.append(f"| {env} | {row['engineer']} | {valid} | {delta} | {promoted} | {held} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default="webshop,dbbench,alfworld")
@@ -455,9 +567,20 @@ def main() -> None:
         action="store_true",
         help="Stage 4 only: SFT on the cold start and its held-out validity curve.",
     )
+    parser.add_argument(
+        "--engineers",
+        action="store_true",
+        help="Stage 5 only: the engineers' rows (untrained, teacher, SFT, GRPO when trained).",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
+    if args.engineers:
+        envs = args.envs.split(",")
+        rows = stage_engineers(envs, args.out, log)
+        (args.out / "results-engineers.json").write_text(json.dumps(rows, indent=2) + "\n")
+        print(engineers_table(rows))
+        return
     if args.sft:
         envs = args.envs.split(",")
         curve = stage_sft_curve(envs, args.out, log)
