@@ -212,13 +212,15 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
         run([HR, "eval", "--env", env, "--split", train, "--limit", str(COLDSTART_TASKS[env]),
              "--seed", str(SEED), *TARGET, *on, "--out", str(runs)], log)  # fmt: skip
     folder = out / f"{env}-engineer-coldstart"
-    if not (folder / "stats.json").exists():
+    if not (folder / "stats.json").exists() and not restore_coldstart(env, out, runs):
         run([HR, "train", "coldstart", str(runs), "--env", env, "--split", train,
              "--out", str(folder), "-k", str(K), "--batch-size", str(BATCH), *on,
              *COLDSTART_EXTRA, "--baseline-cache", str(out / "baselines"), *TARGET],
             log)  # fmt: skip
     assert_packets_train_only(env, folder)
     stats = json.loads((folder / "stats.json").read_text())
+    if not stats.get("restored"):
+        export_coldstart(env, out)
     kept = trajectories(folder / "dataset.jsonl")
     deltas = [row["metadata"]["delta_success"] for row in kept]
     return {
@@ -231,6 +233,70 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
         "kept_improving": sum(d > 0 for d in deltas),
         "kept_templates": stats.get("kept_templates"),
     }
+
+
+def export_coldstart(env: str, out: Path) -> int:
+    """The env's kept rows without their prompts, into the repository (COMMITTED): the
+    teacher's completions and their canary provenance hold no task data (asserted: no task
+    instruction of the packet appears in a completion), the prompts do. `restore_coldstart`
+    rebuilds the prompts from regenerated training runs, so a later session trains on the
+    same rows without paying the canary again."""
+    folder = out / f"{env}-engineer-coldstart"
+    packets = {row["packet_id"]: row for row in trajectories(folder / "packets.jsonl")}
+    rows = []
+    for row in trajectories(folder / "dataset.jsonl"):
+        text = row["completion"][-1]["content"]
+        for episode in packets[row["metadata"]["packet_id"]]["packet"]["episodes"]:
+            instruction = episode["instruction"].strip()
+            assert not instruction or instruction[:60] not in text, f"{env}: task text"
+        rows.append({"completion": row["completion"], "metadata": row["metadata"]})
+    path = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return len(rows)
+
+
+def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
+    """The env's cold start from the committed rows: packets rebuilt from `runs` (the training
+    runs under the incumbent, regenerated: the target is greedy), prompts from the packets.
+    Writes the folder `train coldstart` would (dataset.jsonl, packets.jsonl, stats.json with
+    `restored`); False when nothing is committed. A row whose packet is not rebuilt (the runs
+    differ) is dropped and counted."""
+    committed = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
+    if not committed.exists():
+        return False
+    from harness_r1.cli.jobs.canary import load_incumbent
+    from harness_r1.envs.data import default_data_root
+    from harness_r1.trainer.coldstart import packet_row
+    from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
+    from harness_r1.trainer.prompt import PromptConfig, engineer_messages
+
+    on = [Path(p) for p in incumbent_on(env, out)[1::2]]
+    root = default_data_root()
+    assert root is not None
+    config = SourceConfig(batch_size=BATCH, incumbent=load_incumbent(on, env))
+    sources = {
+        s.packet.packet_id: s for s in sources_from_runs([runs], env, SPLITS[env][0], root, config)
+    }
+    rows, missing = [], 0
+    used: dict[str, Any] = {}
+    for row in trajectories(committed):
+        source = sources.get(row["metadata"]["packet_id"])
+        if source is None:
+            missing += 1
+            continue
+        used[source.packet.packet_id] = source
+        prompt = engineer_messages(source.packet, config=PromptConfig(lean=True))
+        rows.append({"prompt": prompt, **row})
+    folder = out / f"{env}-engineer-coldstart"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    packets = "".join(json.dumps(packet_row(s)) + "\n" for s in used.values())
+    (folder / "packets.jsonl").write_text(packets)
+    stats = {"restored": True, "packets": len(used), "kept": len(rows), "missing_rows": missing}
+    (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"{env}: restored {len(rows)} rows of {len(used)} packets ({missing} not rebuilt)")
+    return True
 
 
 def merge_coldstart(envs: list[str], out: Path) -> int:
