@@ -63,6 +63,11 @@ SFT_ARGS = ["--epochs", "1", "--batch-size", "2", "--learning-rate", "4e-4",
 #: engineer in the teacher's shape) and how many packets per env the validity curve uses
 ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
 CURVE_PACKETS = 2
+#: GRPO at this scale: K=4 per packet, 4 passes per sampled group (so 100 optimizer steps
+#: sample 25 groups), 0.8 for samples that differ within a group, the graded invalid reward
+GRPO_ARGS = ["-k", "4", "--max-steps", "100", "--num-iterations", "4", "--temperature", "0.8",
+             "--graded-invalid", "--lean-prompt", "--max-completion-length", "512",
+             "--target-steps", TARGET[1], "--history-turns", TARGET[3]]  # fmt: skip
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
 ENGINEERS = ("untrained", "teacher", "sft", "grpo")
 #: the promotion gate at this scale: packets of 4 tasks and a guard of the other 16 held-out
@@ -449,6 +454,40 @@ def plot_sft(curve: list[dict[str, Any]], version: Path, path: Path) -> None:
     plt.close(fig)
 
 
+def grpo_version(out: Path, sft: Path) -> Path | None:
+    """The published GRPO engineer trained from the SFT version `sft`, if any."""
+    from harness_r1.trainer.versions import list_versions, read_metadata
+
+    for version in list_versions(out / "engineer"):
+        meta = read_metadata(version)
+        if meta.get("kind") == "grpo" and meta.get("parent_version") == sft.name:
+            return version
+    return None
+
+
+def stage_grpo(envs: list[str], out: Path, log: Path) -> Path:
+    """Stage 6: online GRPO from the SFT engineer on the cold start's packets of every env
+    (training split, against the incumbents), K samples per packet, reward = canary delta over
+    the incumbent (graded when invalid), GRPO_STEPS optimizer steps. Resumable (`train grpo
+    online`'s run key). Writes DIR/engineer-grpo.txt for stage 5's GRPO row."""
+    sft = sft_version(out)
+    assert sft is not None, "stage 4 (SFT) first"
+    version = grpo_version(out, sft)
+    if version is None:
+        packets = out / "engineer-packets.jsonl"
+        packets.write_text(
+            "".join(
+                (out / f"{env}-engineer-coldstart" / "packets.jsonl").read_text() for env in envs
+            )
+        )
+        run([HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
+             "--adapter", str(sft), *GRPO_ARGS], log)  # fmt: skip
+        version = grpo_version(out, sft)
+    assert version is not None, "train grpo online published no version"
+    (out / "engineer-grpo.txt").write_text(str(version) + "\n")
+    return version
+
+
 def engineer_args(name: str, out: Path) -> list[str] | None:
     """How `engineer evaluate` runs each engineer of the table (None: not trained yet)."""
     if name == "untrained":
@@ -638,9 +677,16 @@ def main() -> None:
         action="store_true",
         help="Stage 5 only: the engineers' rows (untrained, teacher, SFT, GRPO when trained).",
     )
+    parser.add_argument(
+        "--grpo", action="store_true", help="Stage 6 only: online GRPO from the SFT engineer."
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
+    if args.grpo:
+        version = stage_grpo(args.envs.split(","), args.out, log)
+        print(f"GRPO engineer: {version}")
+        return
     if args.engineers:
         envs = args.envs.split(",")
         rows = stage_engineers(envs, args.out, log)
