@@ -1,26 +1,33 @@
-"""Issue 20, the engineer's value at CPU scale: stage 1, the deployed harness and the baselines.
+"""Issue 20, the engineer's value at CPU scale: the paper's comparison on held-out tasks.
 
-    .venv/bin/python benchmarks/engineer_value.py [--envs webshop,dbbench,alfworld] [--out DIR]
+    .venv/bin/python benchmarks/engineer_value.py --stages all [--envs ...] [--out DIR]
+    .venv/bin/python benchmarks/engineer_value.py --stages coldstart,sft   # some stages
 
-Per env, every step a `harness-r1` command (printed, and kept in DIR/commands.log):
-1. the frozen target on the env's training split (base harness): its failures are the cold
-   start's packets;
-2. one round of the template teacher on them (`train coldstart`, K proposals per packet, each
-   canaried on the packet's own tasks): the kept patch with the best delta is the
-   **incumbent**, the deployed harness every engineer is trained and judged against
-   (`<env>-incumbent.txt`);
-3. on the held-out split: the base harness, the incumbent alone, and the incumbent with
-   Self-Refine (the target critiques its failure and replays it), with Wilson 95% intervals;
-4. with `--teacher`: the template teacher as an engineer on held-out packets against the
-   incumbent (valid fraction, mean canary delta, share improving) and the held-out success of
-   its best patch composed onto the incumbent.
-Held-out tasks never reach a packet, a cold-start row or a canary of step 2: asserted on the
-files (task ids of the train runs, the cold-start packets and the held-out runs).
+Every step is a `harness-r1` command (printed, and kept with its wall time in DIR/commands.log).
+Stages, per env (ALFWorld train / valid_seen, DBBench standard / dev, WebShop goals 0-39 /
+40-59; held-out tasks never reach a packet, a cold-start row or a GRPO group: asserted on the
+files):
+- baselines: the frozen target on the training split (base harness); one round of the template
+  teacher on its failures (`train coldstart`, K per packet, canaried on the packet's tasks): the
+  kept patch with the best delta is the **incumbent**, the deployed harness every engineer is
+  trained and judged against (`<env>-incumbent.txt`, also committed); on the held-out split the
+  base harness, the incumbent, and the incumbent with Self-Refine. With `--teacher` (stage 2)
+  the teacher on held-out packets as in the first report.
+- coldstart: the engineers' cold start. The target on COLDSTART_TASKS training tasks under the
+  incumbent; the template teacher's one-template proposals on its failures, composed onto the
+  incumbent and canaried against it; the lean prompt. Its kept rows go into the repository
+  without prompts (no task data), and a later run rebuilds the prompts from regenerated runs
+  instead of paying the canary again (`restore_coldstart`).
+- sft: LoRA SFT of SmolLM2-135M on the merged rows, every checkpoint kept; each checkpoint's
+  valid fraction on held-out packets without a canary (the SFT curve, PNG).
+- grpo: online GRPO from the SFT engineer on the cold start's packets (reward: canary delta
+  over the incumbent).
+- engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
+  template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
+  promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
 
-Resumable: a step whose output exists is skipped (delete an output to redo it). Results:
-DIR/results-<env>.json and a markdown table on stdout (BENCHMARKS.md, "The engineer's value").
-Later stages (cold start >= 200 rows, SFT curve, GRPO, the engineers' rows) build on these
-files with the same splits.
+Resumable: a step whose output exists is skipped (delete an output to redo it); training runs
+resume from their last checkpoint. Results: DIR/results-*.json, tables on stdout, PNGs in DIR.
 """
 
 from __future__ import annotations
@@ -655,74 +662,79 @@ def engineers_table(rows: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def run_baselines(envs: list[str], out: Path, log: Path, teacher: bool) -> None:
+    results = []
+    for env in envs:
+        result = stage_one(env, out, log)
+        if teacher:
+            result["teacher"] = stage_teacher(env, out, log)
+        results.append(result)
+    for result in results:  # one file per env: envs may run in separate invocations
+        path = out / f"results-{result['env']}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(results))
+
+
+def run_coldstart(envs: list[str], out: Path, log: Path) -> None:
+    summary: dict[str, Any] = {env: stage_coldstart(env, out, log) for env in envs}
+    summary["total_kept"] = merge_coldstart(envs, out)
+    (out / "results-coldstart.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    assert summary["total_kept"] >= MIN_COLDSTART_ROWS or len(envs) < 3, "too few rows"
+
+
+def run_sft(envs: list[str], out: Path, log: Path) -> None:
+    curve = stage_sft_curve(envs, out, log)
+    (out / "results-sft-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
+    version = sft_version(out)
+    assert version is not None
+    plot_sft(curve, version, out / "sft-curve.png")
+    for point in curve:
+        low, high = point["ci"]
+        print(f"step {point['step']}: {point['valid']}/{point['proposals']} valid "
+              f"[{low:.0%}, {high:.0%}]")  # fmt: skip
+
+
+def run_engineers(envs: list[str], out: Path, log: Path) -> None:
+    rows = stage_engineers(envs, out, log)
+    (out / "results-engineers.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(engineers_table(rows))
+
+
+STAGES = ("baselines", "coldstart", "sft", "grpo", "engineers")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default="webshop,dbbench,alfworld")
     parser.add_argument("--out", type=Path, default=Path("runs/engineer-value"))
     parser.add_argument(
-        "--teacher", action="store_true", help="Also score the template teacher (stage 2)."
+        "--teacher", action="store_true", help="Stage 2: also score the template teacher."
     )
     parser.add_argument(
-        "--coldstart",
-        action="store_true",
-        help="Stage 3 only: the engineers' cold start against the incumbents.",
-    )
-    parser.add_argument(
-        "--sft",
-        action="store_true",
-        help="Stage 4 only: SFT on the cold start and its held-out validity curve.",
-    )
-    parser.add_argument(
-        "--engineers",
-        action="store_true",
-        help="Stage 5 only: the engineers' rows (untrained, teacher, SFT, GRPO when trained).",
-    )
-    parser.add_argument(
-        "--grpo", action="store_true", help="Stage 6 only: online GRPO from the SFT engineer."
+        "--stages",
+        default="baselines",
+        help=f"Comma-separated, run in the order given: {', '.join(STAGES)}; or 'all'.",
     )
     args = parser.parse_args()
+    stages = list(STAGES) if args.stages == "all" else args.stages.split(",")
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        parser.error(f"unknown stages: {', '.join(unknown)}")
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
-    if args.grpo:
-        version = stage_grpo(args.envs.split(","), args.out, log)
-        print(f"GRPO engineer: {version}")
-        return
-    if args.engineers:
-        envs = args.envs.split(",")
-        rows = stage_engineers(envs, args.out, log)
-        (args.out / "results-engineers.json").write_text(json.dumps(rows, indent=2) + "\n")
-        print(engineers_table(rows))
-        return
-    if args.sft:
-        envs = args.envs.split(",")
-        curve = stage_sft_curve(envs, args.out, log)
-        (args.out / "results-sft-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
-        version = sft_version(args.out)
-        assert version is not None
-        plot_sft(curve, version, args.out / "sft-curve.png")
-        for point in curve:
-            low, high = point["ci"]
-            print(f"step {point['step']}: {point['valid']}/{point['proposals']} valid "
-                  f"[{low:.0%}, {high:.0%}]")  # fmt: skip
-        return
-    if args.coldstart:
-        envs = args.envs.split(",")
-        summary = {env: stage_coldstart(env, args.out, log) for env in envs}
-        summary["total_kept"] = merge_coldstart(envs, args.out)
-        (args.out / "results-coldstart.json").write_text(json.dumps(summary, indent=2) + "\n")
-        print(json.dumps(summary, indent=2))
-        assert summary["total_kept"] >= MIN_COLDSTART_ROWS or len(envs) < 3, "too few rows"
-        return
-    results = []
-    for env in args.envs.split(","):
-        result = stage_one(env, args.out, log)
-        if args.teacher:
-            result["teacher"] = stage_teacher(env, args.out, log)
-        results.append(result)
-    for result in results:  # one file per env: envs may run in separate invocations
-        path = args.out / f"results-{result['env']}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(results))
+    envs = args.envs.split(",")
+    for stage in stages:
+        if stage == "baselines":
+            run_baselines(envs, args.out, log, args.teacher or args.stages == "all")
+        elif stage == "coldstart":
+            run_coldstart(envs, args.out, log)
+        elif stage == "sft":
+            run_sft(envs, args.out, log)
+        elif stage == "grpo":
+            print(f"GRPO engineer: {stage_grpo(envs, args.out, log)}")
+        else:
+            run_engineers(envs, args.out, log)
 
 
 if __name__ == "__main__":
