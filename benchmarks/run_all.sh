@@ -17,3 +17,6 @@ $PY benchmarks/deploy_latency.py --clients 20 --releases 50 2>&1 | tee runs/benc
 $PY benchmarks/ingest_throughput.py 2>&1 | tee runs/bench-ingest.log
 bash benchmarks/engineer_cpu_run.sh 2>&1 | tee runs/bench-engineer.log
 $PY benchmarks/engineer_rows.py runs/engineer | tee runs/bench-engineer-rows.md
+# issue 20: the engineer's value (hours: cold start, SFT, GRPO, the table); resumable, rerun it
+# after an interruption and it continues where it stopped
+$PY benchmarks/engineer_value.py --stages all 2>&1 | tee runs/bench-engineer-value.log
