@@ -580,6 +580,45 @@ def stage_engineers(envs: list[str], out: Path, log: Path) -> dict[str, list[dic
     return rows
 
 
+def plot_engineers(rows: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """The table as bars per env and engineer: valid fraction, mean canary delta and promoted
+    fraction, each with its 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(rows)
+    names = [n for n in ENGINEERS if any(r["engineer"] == n for env in envs for r in rows[env])]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    width = 0.8 / max(1, len(names))
+    panels = [
+        ("valid fraction", "valid", "valid_ci", True),
+        ("mean canary delta over the incumbent", "mean_delta", "mean_delta_ci", False),
+        ("promoted by the gate", "promoted", "promoted_ci", True),
+    ]
+    for axis, (title, key, ci_key, fraction) in zip(axes, panels, strict=True):
+        for offset, name in enumerate(names):
+            xs, ys, lows, highs = [], [], [], []
+            for x, env in enumerate(envs):
+                row = next((r for r in rows[env] if r["engineer"] == name), None)
+                if row is None or row[key] is None or row[ci_key] is None:
+                    continue
+                value = row[key] / row["proposals"] if fraction else row[key]
+                xs.append(x + offset * width)
+                ys.append(value)
+                lows.append(max(0.0, value - row[ci_key][0]))
+                highs.append(max(0.0, row[ci_key][1] - value))
+            axis.bar(xs, ys, width, yerr=[lows, highs], capsize=2, label=name)
+        axis.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(envs))], envs)
+        axis.set_title(title, fontsize=10)
+        axis.axhline(0, color="grey", linewidth=0.6)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def stage_teacher(env: str, out: Path, log: Path) -> dict[str, Any] | None:
     """The template teacher as an engineer on held-out packets (failures of the held-out runs
     under the incumbent), K proposals each, canaried against the incumbent: valid fraction,
@@ -698,6 +737,7 @@ def run_sft(envs: list[str], out: Path, log: Path) -> None:
 def run_engineers(envs: list[str], out: Path, log: Path) -> None:
     rows = stage_engineers(envs, out, log)
     (out / "results-engineers.json").write_text(json.dumps(rows, indent=2) + "\n")
+    plot_engineers(rows, out / "engineers.png")
     print(engineers_table(rows))
 
 
