@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -249,18 +250,21 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
 
 def export_coldstart(env: str, out: Path) -> int:
     """The env's kept rows without their prompts, into the repository (COMMITTED): the
-    teacher's completions and their canary provenance hold no task data (asserted: no task
-    instruction of the packet appears in a completion), the prompts do. `restore_coldstart`
+    teacher's completions and their canary provenance hold no task data (asserted: no ten words
+    in a row of a packet's task instruction appear in a completion; DBBench's boilerplate "the
+    name of this table is" is shorter), the prompts do. `restore_coldstart`
     rebuilds the prompts from regenerated training runs, so a later session trains on the
     same rows without paying the canary again."""
     folder = out / f"{env}-engineer-coldstart"
     packets = {row["packet_id"]: row for row in trajectories(folder / "packets.jsonl")}
     rows = []
     for row in trajectories(folder / "dataset.jsonl"):
-        text = row["completion"][-1]["content"]
+        text = " ".join(re.findall(r"\w+", row["completion"][-1]["content"].lower()))
         for episode in packets[row["metadata"]["packet_id"]]["packet"]["episodes"]:
-            instruction = episode["instruction"].strip()
-            assert not instruction or instruction[:60] not in text, f"{env}: task text"
+            words = re.findall(r"\w+", episode["instruction"].lower())
+            for start in range(max(0, len(words) - 9)):  # ten words in a row: task text
+                shingle = " ".join(words[start : start + 10])
+                assert shingle not in text, f"{env}: a completion holds task text: {shingle!r}"
         rows.append({"completion": row["completion"], "metadata": row["metadata"]})
     path = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
