@@ -57,7 +57,7 @@ HELDOUT_TASKS = {"alfworld": 20, "dbbench": 20, "webshop": 20}
 TARGET = ["--max-steps", "6", "--history-turns", "3", "--max-new-tokens", "64"]
 #: training tasks for the engineers' cold start (stage 3), run under the incumbent: every
 #: failure becomes packet material; sized for >= 200 kept rows across the three envs
-COLDSTART_TASKS = {"alfworld": 48, "dbbench": 150, "webshop": 40}
+COLDSTART_TASKS = {"alfworld": 24, "dbbench": 150, "webshop": 40}
 #: the engineers' cold start: one template per teacher proposal (the shortest completions, what
 #: a 135M engineer can learn to copy) and the lean prompt
 COLDSTART_EXTRA = ["--lean-prompt", "--max-templates", "1"]
@@ -575,11 +575,13 @@ def mean_interval(values: list[float], samples: int = 2000) -> list[float] | Non
     return [means[int(0.025 * samples)], means[int(0.975 * samples) - 1]]
 
 
-def stage_engineers(envs: list[str], out: Path, log: Path) -> dict[str, list[dict[str, Any]]]:
+def stage_engineers(
+    envs: list[str], out: Path, log: Path, names: tuple[str, ...] = ENGINEERS
+) -> dict[str, list[dict[str, Any]]]:
     """Stage 5: the comparison table's engineer rows, per env (those trained so far)."""
     rows: dict[str, list[dict[str, Any]]] = {}
     for env in envs:
-        found = [engineer_row(env, name, out, log) for name in ENGINEERS]
+        found = [engineer_row(env, name, out, log) for name in names]
         rows[env] = [row for row in found if row is not None]
     return rows
 
@@ -738,8 +740,8 @@ def run_sft(envs: list[str], out: Path, log: Path) -> None:
               f"[{low:.0%}, {high:.0%}]")  # fmt: skip
 
 
-def run_engineers(envs: list[str], out: Path, log: Path) -> None:
-    rows = stage_engineers(envs, out, log)
+def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...]) -> None:
+    rows = stage_engineers(envs, out, log, names)
     (out / "results-engineers.json").write_text(json.dumps(rows, indent=2) + "\n")
     plot_engineers(rows, out / "engineers.png")
     print(engineers_table(rows))
@@ -760,6 +762,11 @@ def main() -> None:
         default="baselines",
         help=f"Comma-separated, run in the order given: {', '.join(STAGES)}; or 'all'.",
     )
+    parser.add_argument(
+        "--engineers",
+        default=",".join(ENGINEERS),
+        help="The engineers stage's rows, a subset of: " + ", ".join(ENGINEERS),
+    )
     args = parser.parse_args()
     stages = list(STAGES) if args.stages == "all" else args.stages.split(",")
     unknown = sorted(set(stages) - set(STAGES))
@@ -778,7 +785,8 @@ def main() -> None:
         elif stage == "grpo":
             print(f"GRPO engineer: {stage_grpo(envs, args.out, log)}")
         else:
-            run_engineers(envs, args.out, log)
+            names = tuple(n for n in ENGINEERS if n in args.engineers.split(","))
+            run_engineers(envs, args.out, log, names)
 
 
 if __name__ == "__main__":
