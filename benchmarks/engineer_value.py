@@ -316,12 +316,24 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
 
 
 def merge_coldstart(envs: list[str], out: Path) -> int:
-    """All envs' kept rows in one SFT dataset (env order, then file order: deterministic)."""
-    rows = [
-        row
-        for env in envs
-        for row in trajectories(out / f"{env}-engineer-coldstart" / "dataset.jsonl")
-    ]
+    """All envs' kept rows in one SFT dataset (env order, then file order: deterministic), each
+    prompt rebuilt from its packet by the current lean prompt (what the engineer will read at
+    evaluation and in GRPO, even if the prompt changed since the rows were written)."""
+    from harness_r1.contracts import FailurePacket
+    from harness_r1.trainer.prompt import PromptConfig, engineer_messages
+
+    rows = []
+    for env in envs:
+        folder = out / f"{env}-engineer-coldstart"
+        packets = {
+            row["packet_id"]: FailurePacket.model_validate(row["packet"])
+            for row in trajectories(folder / "packets.jsonl")
+        }
+        for row in trajectories(folder / "dataset.jsonl"):
+            packet = packets[row["metadata"]["packet_id"]]
+            rows.append(
+                {**row, "prompt": engineer_messages(packet, config=PromptConfig(lean=True))}
+            )
     path = out / "engineer-coldstart.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return len(rows)

@@ -502,7 +502,7 @@ def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> st
         f"Task types: {', '.join(types) if types else 'none'}.",
         f"Signals: {counted or 'none'}.",
     ]
-    lines += _incumbent_lines(packet)
+    lines += _lean_incumbent_lines(packet, config) if config.lean else _incumbent_lines(packet)
     limit = config.lean_snippet_chars if config.lean else config.snippet_chars
     for episode in episodes:
         if config.lean:
@@ -530,6 +530,27 @@ def _incumbent_lines(packet: FailurePacket) -> list[str]:
     ]
     for hook in packet.incumbent:
         lines += [f"### {hook.hook} ({hook.links} link{'s' if hook.links > 1 else ''})", hook.code]
+    return lines
+
+
+_DOCSTRING = re.compile(r"^\s*(?:'{3}|\"{3})\s*(.+?)\s*(?:'{3}|\"{3}|$)", re.M)
+
+
+def _lean_incumbent_lines(packet: FailurePacket, config: PromptConfig) -> list[str]:
+    """The live overlay for a small engineer: per hook, what each link does (its docstring's
+    first line) instead of its code, which took ~1.4k of a ~2.3k-token prompt on an incumbent
+    of three templates. Enough to add what is missing or replace a hook by name."""
+    if not packet.incumbent:
+        return []
+    lines = [
+        "",
+        '## Live overlay (your patch is added to it; a hook with "mode": "replace" runs '
+        'instead of the live one, "remove" stops it)',
+    ]
+    for hook in packet.incumbent:
+        said = _DOCSTRING.findall(hook.code) or [hook.code.strip().splitlines()[-1].strip()]
+        summary = _quote("; ".join(said), config.lean_snippet_chars * 2)
+        lines.append(f"- {hook.hook} ({hook.links} link{'s' if hook.links > 1 else ''}): {summary}")
     return lines
 
 

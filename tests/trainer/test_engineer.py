@@ -645,6 +645,27 @@ def test_the_lean_packet_shows_the_failure_points_last_steps(packet: FailurePack
     assert engineer_messages(packet, config=LEAN) == engineer_messages(packet, config=LEAN)
 
 
+def test_the_lean_packet_names_what_each_live_hook_does_instead_of_its_code() -> None:
+    documented = (
+        'def hook(ctx, state):\n    """Veto a repeated SQL statement."""\n'
+        + "    x = 1\n" * 60
+        + "    return None\n"
+    )
+    bare = "def hook(ctx, state):\n    return 'Use SQL.'\n"
+    live = build_packet(
+        [_trajectory(i) for i in range(6)],
+        PacketConfig(token_budget=3000),
+        incumbent={HookName.PRE_ACTION: [documented], HookName.PRE_DECISION: [bare]},
+    )
+    lean = engineer_messages(live, config=LEAN)[1]["content"]
+    full = engineer_messages(live)[1]["content"]
+    assert "x = 1" in full and "x = 1" not in lean  # the code stays out of the lean prompt
+    assert "- pre_action (1 link): Veto a repeated SQL statement." in lean
+    assert "- pre_decision (1 link): return 'Use SQL.'" in lean  # no docstring: its last line
+    assert '"mode": "replace"' in lean and '"remove"' in lean
+    assert lean.count("\n### ") == LEAN.lean_episodes  # hooks are not episode headers
+
+
 @pytest.mark.integration
 def test_the_lean_prompt_is_a_third_of_the_full_one(
     smollm2_tokenizer: Any, packet: FailurePacket
