@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_r1.contracts import HookCode, Patch
+from harness_r1.contracts import HookCode, Patch, Trajectory
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
@@ -63,6 +63,16 @@ def _runtime(root: Path) -> HarnessRuntime:
     return HarnessRuntime(
         get_suite("webshop"), ScriptedPolicy([JUNK]), root, RunConfig(max_steps=8, lockstep=8)
     )
+
+
+def _scripted_runs(root: Path, n: int) -> list[Trajectory]:
+    """n WebShop episodes of the scripted stand-in (all failures), on the base harness."""
+    run = _runtime(root)
+    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), n)
+    try:
+        return run.run([EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)])
+    finally:
+        run.close()
 
 
 def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> None:
@@ -133,14 +143,7 @@ class FailingCanary:
 
 def test_an_infrastructure_failure_is_no_reward_and_the_evaluation_goes_on() -> None:
     root = Settings().data_root()
-    run = _runtime(root)
-    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
-    try:
-        trajectories = run.run(
-            [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
-        )
-    finally:
-        run.close()
+    trajectories = _scripted_runs(root, 8)
     config = SourceConfig(batch_size=4)
     sources = sources_from_trajectories(trajectories, TaskIndex("webshop", root), config)
     assert len(sources) == 2
@@ -169,15 +172,7 @@ class NoEpisodes:
 
 def test_validity_only_refuses_what_the_canary_would_and_runs_no_episode() -> None:
     root = Settings().data_root()
-    run = _runtime(root)
-    tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 4)
-    try:
-        trajectories = run.run(
-            [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
-        )
-    finally:
-        run.close()
-    sources = sources_from_trajectories(trajectories, TaskIndex("webshop", root))
+    sources = sources_from_trajectories(_scripted_runs(root, 4), TaskIndex("webshop", root))
     shopper = reference_patches("webshop")["webshop_shopper"]
     # `replace` needs an incumbent hook to replace: on the base harness the composition refuses
     replacing = Patch(
