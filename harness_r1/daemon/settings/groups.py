@@ -225,7 +225,8 @@ class LoopOptions(_Group):
     engineer_prompt: Literal["full", "lean"] = Field(
         default="full",
         description="full: the whole hook surface with meanings and two examples (~2.6k "
-        "tokens with a packet); lean: ~0.9k tokens, for a small engineer trained on lean rows "
+        "tokens with a packet); lean: ~0.9-1.3k tokens (the live overlay named hook by hook, "
+        "not shown as code), for a small engineer trained on lean rows "
         "(`train coldstart --lean-prompt`).",
     )
     target_policy: TargetPolicy = Field(
