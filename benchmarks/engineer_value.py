@@ -70,7 +70,7 @@ SFT_ARGS = ["--epochs", "1", "--batch-size", "2", "--learning-rate", "4e-4",
 #: how every engineer samples on held-out packets (as the CPU engineer runs: 0.5 keeps a 135M
 #: engineer in the teacher's shape) and how many packets per env the validity curve uses
 ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
-CURVE_PACKETS = 1  # per env and point: the shape; the final valid fraction is stage 5s, on all
+CURVE_PACKETS = 1  # per env and point: the shape; the final valid fraction is stage 5's, on all
 #: GRPO at this scale: K=4 per packet, 4 passes per sampled group (so 100 optimizer steps
 #: sample 25 groups), 0.8 for samples that differ within a group, the graded invalid reward
 GRPO_ARGS = ["-k", "4", "--max-steps", "100", "--num-iterations", "4", "--temperature", "0.8",
