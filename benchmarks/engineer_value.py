@@ -96,6 +96,22 @@ def run(command: list[str], log: Path) -> None:
         handle.write(f"{line}  # {time.perf_counter() - started:.0f} s\n")
 
 
+def target_runs(
+    env: str, split: str, limit: int, seed: int, extra: list[str], path: Path, log: Path
+) -> Path:
+    """The frozen target's runs (`harness-r1 eval`, TARGET settings, `extra` e.g. `--on`) into
+    `path`, unless they are there already."""
+    if not path.exists():
+        run([HR, "eval", "--env", env, "--split", split, "--limit", str(limit), "--seed",
+             str(seed), *TARGET, *extra, "--out", str(path)], log)  # fmt: skip
+    return path
+
+
+def heldout_target_runs(env: str, extra: list[str], path: Path, log: Path) -> Path:
+    """The target on the env's held-out tasks (HELDOUT_TASKS of them, HELDOUT_SEED)."""
+    return target_runs(env, SPLITS[env][1], HELDOUT_TASKS[env], HELDOUT_SEED, extra, path, log)
+
+
 def trajectories(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
@@ -140,9 +156,7 @@ def assert_held_out(env: str, out: Path) -> None:
 def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
     train, heldout = SPLITS[env]
     base_train = out / f"{env}-train-base.jsonl"
-    if not base_train.exists():
-        run([HR, "eval", "--env", env, "--split", train, "--limit", str(TRAIN_TASKS[env]),
-             "--seed", str(SEED), *TARGET, "--out", str(base_train)], log)  # fmt: skip
+    target_runs(env, train, TRAIN_TASKS[env], SEED, [], base_train, log)
     coldstart = out / f"{env}-coldstart"
     if not (coldstart / "stats.json").exists():
         run([HR, "train", "coldstart", str(base_train), "--env", env, "--split", train,
@@ -160,11 +174,7 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
         if name != "base" and not on:
             continue  # no incumbent: the base harness is the deployed one (said in results)
         path = out / f"{env}-heldout-{name}.jsonl"
-        if not path.exists():
-            run([HR, "eval", "--env", env, "--split", heldout, "--limit",
-                 str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *extra,
-                 "--out", str(path)], log)  # fmt: skip
-        rows[name] = rate(path)
+        rows[name] = rate(heldout_target_runs(env, extra, path, log))
     assert_held_out(env, out)
     stats = json.loads((coldstart / "stats.json").read_text())
     return {
@@ -221,9 +231,7 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     train, _ = SPLITS[env]
     on = incumbent_on(env, out)
     runs = out / f"{env}-train-incumbent.jsonl"
-    if not runs.exists():
-        run([HR, "eval", "--env", env, "--split", train, "--limit", str(COLDSTART_TASKS[env]),
-             "--seed", str(SEED), *TARGET, *on, "--out", str(runs)], log)  # fmt: skip
+    target_runs(env, train, COLDSTART_TASKS[env], SEED, on, runs, log)
     folder = out / f"{env}-engineer-coldstart"
     if not (folder / "stats.json").exists() and not restore_coldstart(env, out, runs):
         run([HR, "train", "coldstart", str(runs), "--env", env, "--split", train,
@@ -344,11 +352,7 @@ def heldout_runs(env: str, out: Path, log: Path) -> Path:
     failures the engineers are scored on."""
     on = incumbent_on(env, out)
     path = out / f"{env}-heldout-{'incumbent' if on else 'base'}.jsonl"
-    if not path.exists():
-        run([HR, "eval", "--env", env, "--split", SPLITS[env][1], "--limit",
-             str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *on,
-             "--out", str(path)], log)  # fmt: skip
-    return path
+    return heldout_target_runs(env, on, path, log)
 
 
 def sft_version(out: Path) -> Path | None:
@@ -566,10 +570,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         patch_file = out / "engineers" / f"{env}-{name}-best.json"
         patch_file.write_text(json.dumps(best["patch"]), encoding="utf-8")
         after = out / "engineers" / f"{env}-{name}-heldout-after-best.jsonl"
-        if not after.exists():
-            run([HR, "eval", "--env", env, "--split", SPLITS[env][1], "--limit",
-                 str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *on,
-                 "--on", str(patch_file), "--out", str(after)], log)  # fmt: skip
+        heldout_target_runs(env, [*on, "--on", str(patch_file)], after, log)
     row["heldout_after_best"] = rate(after)
     row["heldout_after_best"]["patched"] = bool(promoted)
     return row
@@ -670,10 +671,7 @@ def stage_teacher(env: str, out: Path, log: Path) -> dict[str, Any] | None:
         link = out / f"{env}-teacher-best.txt"
         link.write_text(best["completion"][-1]["content"], encoding="utf-8")
         path = out / f"{env}-heldout-incumbent+teacher.jsonl"
-        if not path.exists():
-            run([HR, "eval", "--env", env, "--split", heldout, "--limit",
-                 str(HELDOUT_TASKS[env]), "--seed", str(HELDOUT_SEED), *TARGET, *on,
-                 "--on", str(link), "--out", str(path)], log)  # fmt: skip
+        heldout_target_runs(env, [*on, "--on", str(link)], path, log)
         summary["heldout_after_best"] = rate(path)
     return summary
 
