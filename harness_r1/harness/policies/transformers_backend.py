@@ -49,9 +49,9 @@ def copy_kv_prefix(cache: Any, length: int) -> Any:
 
 
 def check_prefix_cache_support(model: Any) -> None:
-    """Prefix reuse copies and crops full-attention dynamic caches; models whose caches are
-    sliding-window, static or otherwise special are refused up front (a clear error instead of
-    a failure at the first cache hit)."""
+    """Prefix reuse copies and crops full-attention dynamic caches; a model whose cache is
+    sliding-window, static or otherwise special raises here, up front (the policy then runs
+    without the prefix cache), instead of failing at the first cache hit."""
     config = model.config
     text_config = getattr(config, "get_text_config", lambda: config)()
     special = getattr(model.generation_config, "cache_implementation", None)
@@ -61,7 +61,7 @@ def check_prefix_cache_support(model: Any) -> None:
         raise ValueError(
             f"--prefix-cache supports full-attention dynamic caches only; this model has "
             f"cache_implementation={special!r}, sliding_window={sliding!r}, "
-            f"layer_types={sorted(layer_types)} (run it with --no-prefix-cache)"
+            f"layer_types={sorted(layer_types)}"
         )
 
 
@@ -141,16 +141,6 @@ class TransformersPolicy:
         choice = choose_dtype(dtype)
         self.dtype = choice.dtype
         heap_kept = keep_freed_heap and keep_freed_memory()
-        log.info(
-            "target_engine",
-            model=model_id,
-            dtype=choice.dtype,
-            reason=choice.reason,
-            prefix_cache=prefix_cache,
-            decode="lockstep" if prefix_cache and batched_decode else "generate",
-            draft_tokens=draft_tokens if prefix_cache and batched_decode else 0,
-            freed_memory="kept in the heap" if heap_kept else "C library default",
-        )
         self.model_id = model_id
         # another number format is another frozen target: its own version, so trajectories,
         # packets and cached canary baselines never mix the two
@@ -164,8 +154,19 @@ class TransformersPolicy:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model: Any = load_model(AutoModelForCausalLM, checkpoint, choice.dtype)
+        prefix_cache = prefix_cache and self._prefix_cache_usable()
         self.batched_decode = batched_decode
         self.draft_tokens = draft_tokens
+        log.info(
+            "target_engine",
+            model=model_id,
+            dtype=choice.dtype,
+            reason=choice.reason,
+            prefix_cache=prefix_cache,
+            decode="lockstep" if prefix_cache and batched_decode else "generate",
+            draft_tokens=draft_tokens if prefix_cache and batched_decode else 0,
+            freed_memory="kept in the heap" if heap_kept else "C library default",
+        )
         if prefix_cache and batched_decode:
             from harness_r1.harness.policies import gqa_attention
 
@@ -177,12 +178,23 @@ class TransformersPolicy:
         self.generate_seconds = 0.0
         self.prefix_cache: PrefixCacheStore[Any] | None = None
         if prefix_cache:
-            check_prefix_cache_support(self.model)
             self.prefix_cache = PrefixCacheStore(
                 prefix_cache_entries or 2 * max_batch,
                 crop=crop_kv_cache,
                 copy_prefix=copy_kv_prefix,
             )
+
+    def _prefix_cache_usable(self) -> bool:
+        """Whether this model's cache can be copied and cropped (full attention); a model whose
+        cache cannot (Gemma 3's sliding-window layers) runs without the prefix cache and the
+        lockstep decode built on it, said once in the log, rather than failing: the prefix
+        cache is the default, and it changes speed, not what the model answers."""
+        try:
+            check_prefix_cache_support(self.model)
+        except ValueError as err:
+            log.warning("prefix_cache_off", model=self.model_id, reason=str(err))
+            return False
+        return True
 
     @classmethod
     def embedded(
