@@ -20,6 +20,7 @@ from harness_r1.cli.options import (
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
+from harness_r1.contracts.hooks import HookName
 
 console = Console(stderr=True)
 
@@ -80,6 +81,13 @@ def engineer_evaluate(
     gate_min_guard: Annotated[
         int, typer.Option(min=1, help="The gate's least guard size (daemon default 20).")
     ] = 20,
+    without_hook: Annotated[
+        list[HookName] | None,
+        typer.Option(
+            help="A hook the engineer may not write (repeatable; the hook ablation): the "
+            "prompt leaves it out and a patch writing it counts as invalid (stage scope)."
+        ),
+    ] = None,
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 
@@ -103,7 +111,10 @@ def engineer_evaluate(
             seed=seed,
             temperature=temperature,
             max_new_tokens=max_new_tokens,
-            prompt=PromptConfig(lean=lean_prompt),
+            prompt=PromptConfig(
+                lean=lean_prompt,
+                hooks=tuple(h for h in HookName if h not in set(without_hook or [])),
+            ),
             canary=not validity_only,
         ),
         out=out,
@@ -122,6 +133,8 @@ def engineer_evaluate(
         raise typer.BadParameter("--teacher scores the template teacher: drop --adapter")
     if gate and validity_only:
         raise typer.BadParameter("--gate needs the canary: drop --validity-only")
+    if not request.heldout.prompt.hooks:
+        raise typer.BadParameter("--without-hook left no hook to write")
     report = run_engineer_eval(request, settings.data_root(), console)
     typer.echo(json.dumps(report.summary(), indent=2))
 

@@ -222,7 +222,8 @@ def score_packet(
     started = time.perf_counter()
     samples = writer.samples(source.packet, config.k, config.seed + index)
     proposals = [
-        classify(sample, source.env, i, config.prompt.limits) for i, sample in enumerate(samples)
+        classify(sample, source.env, i, config.prompt.limits, config.prompt.hooks)
+        for i, sample in enumerate(samples)
     ]
     score.generate_seconds = time.perf_counter() - started
     score.proposals = len(proposals)

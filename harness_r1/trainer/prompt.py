@@ -152,6 +152,9 @@ class PromptConfig:
     lean_episodes: int = 2
     lean_snippets: int = 3
     lean_snippet_chars: int = 120
+    # the hooks the engineer may write (issue 20's ablation removes one): the prompt teaches
+    # only these, and `propose.classify` refuses a patch that writes another
+    hooks: tuple[HookName, ...] = tuple(HookName)
 
 
 # -- the output format ----------------------------------------------------------------------
@@ -239,10 +242,18 @@ def reference_example(env: str, max_chars: int = 600) -> PromptExample | None:
 
 def default_examples(env: str, config: PromptConfig | None = None) -> list[PromptExample]:
     """The generic snap example, then one hook of the env's reference patch (or the loop
-    breaker for an env without one)."""
+    breaker for an env without one); an example that writes a hook the engineer may not
+    write is left out (the loop breaker stands in where it may)."""
     config = config or PromptConfig()
     reference = reference_example(env, config.max_example_chars)
-    return [SNAP_EXAMPLE, reference or LOOP_EXAMPLE]
+
+    def writable(example: PromptExample) -> bool:
+        return {h.hook for h in example.patch.hooks} <= set(config.hooks)
+
+    chosen = [e for e in (SNAP_EXAMPLE, reference or LOOP_EXAMPLE) if writable(e)]
+    if len(chosen) < 2 and writable(LOOP_EXAMPLE) and LOOP_EXAMPLE not in chosen:
+        chosen.insert(0, LOOP_EXAMPLE)  # the env's own example stays last (the lean one)
+    return chosen
 
 
 # -- the system message ---------------------------------------------------------------------
@@ -298,7 +309,7 @@ def _effect_shapes(hook: HookName) -> str:
     return " or ".join(shapes)
 
 
-def _hooks_section() -> list[str]:
+def _hooks_section(hooks: Sequence[HookName]) -> list[str]:
     lines = [
         "## Hooks",
         "Each hook is Python code defining `def hook(ctx, state):` and helpers. `state`: a dict "
@@ -316,12 +327,13 @@ def _hooks_section() -> list[str]:
             common.append(key)
     lines.append("- all hooks: " + ", ".join(common))
     for hook, extra in HOOK_EXTRA_CTX.items():
-        lines.append(f"- {hook} also: {', '.join(extra)}")
+        if hook in hooks:
+            lines.append(f"- {hook} also: {', '.join(extra)}")
     lines.append(
         f"Return None for no effect. Effects (any text at most {MAX_EFFECT_TEXT} chars; "
         "anything else is ignored):"
     )
-    for hook in HookName:
+    for hook in hooks:
         allowed = sorted(ALLOWED_EFFECTS[hook], key=str)
         meanings = "; ".join(
             f"{kind}: {EFFECT_MEANINGS.get((hook, kind), str(kind))}" for kind in allowed
@@ -374,10 +386,10 @@ def _rules_section(limits: StaticLimits) -> list[str]:
     ]
 
 
-def _format_section() -> list[str]:
+def _format_section(hooks: Sequence[HookName]) -> list[str]:
     # the hook names as separate choices: written as one "a|b|c" string, a small engineer
     # copied the whole string as a hook name (session 4's held-out run)
-    names = ", ".join(f'"{h}"' for h in HookName)
+    names = ", ".join(f'"{h}"' for h in hooks)
     return [
         "## Answer format",
         'Think briefly, then one patch: <think>...</think><patch>{"description": str, '
@@ -405,11 +417,11 @@ def system_prompt(
         "in the report: carry task knowledge (plans, skills, forced steps), fix invalid actions, "
         "break loops; never use task ids.",
         "",
-        *_hooks_section(),
+        *_hooks_section(config.hooks),
         "",
         *_rules_section(config.limits),
         "",
-        *_format_section(),
+        *_format_section(config.hooks),
     ]
     for number, example in enumerate(chosen, start=1):
         lines += ["", f"Example {number}:", render_completion(example.patch, example.think)]
@@ -420,15 +432,20 @@ def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: Pro
     """The same surface in fewer tokens: what each hook may return, the ctx keys, the rules a
     small engineer breaks most (imports, while, lambda, names, sizes), the answer format."""
     limits = config.limits
-    effects = [f"- {hook}: return {_effect_shapes(hook)}" for hook in HookName]
-    extra = "; ".join(f"{hook} also {', '.join(keys)}" for hook, keys in HOOK_EXTRA_CTX.items())
-    names = ", ".join(f'"{h}"' for h in HookName)
+    effects = [f"- {hook}: return {_effect_shapes(hook)}" for hook in config.hooks]
+    extra = "; ".join(
+        f"{hook} also {', '.join(keys)}"
+        for hook, keys in HOOK_EXTRA_CTX.items()
+        if hook in config.hooks
+    )
+    names = ", ".join(f'"{h}"' for h in config.hooks)
     lines = [
         f"You are a harness engineer. A frozen agent fails {env} tasks. Write Python hooks run "
         "around it that make it succeed: task knowledge, fixing invalid actions, breaking loops.",
         "Each hook: `def hook(ctx, state):` returning None or an effect:",
         *effects,
-        f"ctx keys: {', '.join(ctx_keys())}; {extra}. state: a dict kept across the episode.",
+        f"ctx keys: {', '.join(ctx_keys())}{'; ' + extra if extra else ''}. state: a dict kept "
+        "across the episode.",
         f"Rules: at most {limits.max_source_chars} chars a hook; no import, while, lambda, class, "
         "with, raise, global, names starting with _, .format; in scope only re, math, "
         "similarity(a, b), closest(text, options, cutoff) and plain builtins.",

@@ -2,9 +2,10 @@
 
 A proposal is `valid` when its text parses into a Patch for the packet's env
 (`sandbox.parse.parse_engineer_output`) and the patch passes every static check
-(`sandbox.static.check_patch`). Otherwise `stage` says where it failed ("parse" or "static")
-and `reason` carries the stable code: a ParseCode (`no_patch_block`, `invalid_json`, ...) or
-the first static violation's Code (`banned_import`, ...). Valid proposals still have to run in
+(`sandbox.static.check_patch`). Otherwise `stage` says where it failed ("parse", "scope": a
+hook this engineer may not write, or "static") and `reason` carries the stable code: a
+ParseCode (`no_patch_block`, `invalid_json`, ...), `hook_not_allowed`, or the first static
+violation's Code (`banned_import`, ...). Valid proposals still have to run in
 the isolated worker and the canary; that is not done here.
 
 `propose_command` is what `harness-r1 engineer propose PACKET -k 4` runs: PACKET is a
@@ -14,7 +15,7 @@ FailurePacket JSON file, or a trajectories JSONL file whose first packet is buil
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
-from harness_r1.contracts import FailurePacket, Patch
+from harness_r1.contracts import FailurePacket, HookName, Patch
 from harness_r1.sandbox.intake import first_violation
 from harness_r1.sandbox.parse import parse_engineer_output
 from harness_r1.sandbox.static import StaticLimits, check_patch
@@ -35,7 +36,7 @@ from harness_r1.trainer.engineer import (
 )
 from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
 
-Stage = Literal["parse", "static"]
+Stage = Literal["parse", "scope", "static"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,30 @@ class Proposal:
 
 
 def classify(
-    sample: EngineerSample, env: str, index: int = 0, limits: StaticLimits | None = None
+    sample: EngineerSample,
+    env: str,
+    index: int = 0,
+    limits: StaticLimits | None = None,
+    hooks: Collection[HookName] = tuple(HookName),
 ) -> Proposal:
-    """Parse and statically check one sample. Never raises (both layers never do)."""
+    """Parse and statically check one sample; `hooks`: the hooks this engineer may write (a
+    patch writing another is refused at stage "scope"). Never raises (no layer does)."""
     parsed = parse_engineer_output(sample.text, env=env)
+    if parsed.patch is not None:
+        foreign = sorted({str(h.hook) for h in parsed.patch.hooks} - {str(h) for h in hooks})
+        if foreign:
+            return Proposal(
+                index=index,
+                sample=sample,
+                patch=parsed.patch,
+                valid=False,
+                stage="scope",
+                reason="hook_not_allowed",
+                message=f"writes {', '.join(foreign)}; this engineer may write only "
+                + ", ".join(str(h) for h in hooks),
+                codes=("hook_not_allowed",),
+                notes=parsed.notes,
+            )
     if parsed.patch is None:
         return Proposal(
             index=index,
@@ -142,7 +163,8 @@ def propose_patches(
         messages, k, temperature=temperature, seed=seed, max_new_tokens=max_new_tokens
     )
     return [
-        classify(sample, packet.env, index, config.limits) for index, sample in enumerate(samples)
+        classify(sample, packet.env, index, config.limits, config.hooks)
+        for index, sample in enumerate(samples)
     ]
 
 

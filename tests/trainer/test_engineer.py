@@ -60,6 +60,7 @@ from harness_r1.trainer.prompt import (
     HOOK_EXTRA_CTX,
     HOOK_MEANINGS,
     NOT_CONSTRUCTS,
+    SNAP_EXAMPLE,
     PromptConfig,
     default_examples,
     engineer_messages,
@@ -664,6 +665,43 @@ def test_the_lean_packet_names_what_each_live_hook_does_instead_of_its_code() ->
     assert "- pre_decision (1 link): return 'Use SQL.'" in lean  # no docstring: its last line
     assert '"mode": "replace"' in lean and '"remove"' in lean
     assert lean.count("\n### ") == LEAN.lean_episodes  # hooks are not episode headers
+
+
+# -- the hook ablation (issue 20): an engineer that may not write one hook --------------------
+
+
+@pytest.mark.parametrize("removed", list(HookName))
+@pytest.mark.parametrize("lean", [False, True])
+def test_a_removed_hook_is_neither_taught_nor_shown_in_an_example(
+    removed: HookName, lean: bool
+) -> None:
+    kept = tuple(h for h in HookName if h != removed)
+    for env in ENVS:
+        text = system_prompt(env, config=PromptConfig(lean=lean, hooks=kept))
+        assert str(removed) not in text, (env, removed)
+        assert all(str(hook) in text for hook in kept), (env, removed)
+        examples = default_examples(env, PromptConfig(hooks=kept))
+        assert examples and all(removed not in {h.hook for h in e.patch.hooks} for e in examples)
+
+
+def test_all_hooks_allowed_is_the_prompt_as_before() -> None:
+    for env in ENVS:
+        assert default_examples(env, PromptConfig(hooks=tuple(HookName))) == default_examples(env)
+        assert default_examples(env)[0] is SNAP_EXAMPLE
+
+
+def test_a_patch_writing_a_removed_hook_is_refused_at_scope(packet: FailurePacket) -> None:
+    start_and_decision = PromptConfig(hooks=(HookName.EPISODE_START, HookName.PRE_DECISION))
+    engineer = ScriptedEngineer([VALID, BANNED])  # post_feedback; pre_action with an import
+    proposals = propose_patches(packet, engineer, 2, config=start_and_decision)
+    assert [(p.valid, p.stage, p.reason) for p in proposals] == [
+        (False, "scope", "hook_not_allowed"),
+        (False, "scope", "hook_not_allowed"),
+    ]
+    assert proposals[0].message == (
+        "writes post_feedback; this engineer may write only episode_start, pre_decision"
+    )
+    assert classify(EngineerSample(text=VALID), "dbbench", hooks=[HookName.POST_FEEDBACK]).valid
 
 
 @pytest.mark.integration
