@@ -60,6 +60,13 @@ def eval_command(
             "by the target and replayed once with the critique; --out gets what counts."
         ),
     ] = False,
+    record_generations: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write every model call (the messages the target read, the text it wrote) "
+            "as JSON Lines: the data of `train target`."
+        ),
+    ] = None,
 ) -> None:
     """Run the frozen target on real tasks under the base harness (or the incumbent overlay
     `--on`) and report success rates.
@@ -92,6 +99,7 @@ def eval_command(
         target=target,
         on=list(on or []),
         self_refine=self_refine,
+        record_generations=record_generations,
     )
     run_eval(request, settings.data_root(), console)
 

@@ -123,6 +123,60 @@ def sft(
     typer.echo(f"published {result.version_dir}")
 
 
+@train_app.command("target")
+def target(
+    runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of `eval` runs.")],
+    generations: Annotated[
+        list[Path],
+        typer.Option(help="The same runs' `eval --record-generations` files (repeatable)."),
+    ],
+    out: Annotated[Path, typer.Option(help="Root of the tuned target's runs and checkpoint.")],
+    epochs: Annotated[float, typer.Option()] = 2.0,
+    learning_rate: Annotated[float, typer.Option()] = 2e-4,
+    batch_size: Annotated[int, typer.Option()] = 4,
+    max_length: Annotated[
+        int, typer.Option(help="Longest row (tokens); longer is refused.")
+    ] = 4096,
+) -> None:
+    """Fine-tune the target on its own successful episodes (LoRA, merged into a checkpoint):
+    the paper's tuned target (coevolution). Serve it with `--policy OUT/tuned-vNNNN`.
+
+    Example: `harness-r1 eval --env webshop --split fixed_train --on inc.txt --out r.jsonl
+    --record-generations g.jsonl; harness-r1 train target r.jsonl --generations g.jsonl
+    --out artifacts/target`"""
+    from harness_r1.consumers.packets import read_trajectories
+    from harness_r1.trainer.model_io import resolve_base
+    from harness_r1.trainer.sft import SftSettings, train_sft
+    from harness_r1.trainer.target_sft import (
+        merge_checkpoint,
+        own_success_rows,
+        read_records,
+        write_rows,
+    )
+
+    trajectories = [t for path in runs for t in read_trajectories(path)]
+    records = [r for path in generations for r in read_records(path)]
+    rows = own_success_rows(trajectories, records)
+    if not rows:
+        raise typer.BadParameter("no successful episode with a recorded model call to learn")
+    dataset = out / "target-rows.jsonl"
+    write_rows(rows, dataset)
+    typer.echo(f"{len(rows)} rows from {sum(t.outcome.success for t in trajectories)} successes")
+    settings = SftSettings(
+        output_root=out,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    cache = cli_settings().cache
+    result = train_sft(dataset, settings=settings, cache_dir=cache)
+    tuned = out / f"tuned-{result.version_dir.name}"
+    if not tuned.exists():
+        merge_checkpoint(resolve_base("smollm2", cache), result.version_dir, tuned)
+    typer.echo(f"tuned target: {tuned} (serve it with --policy {tuned})")
+
+
 grpo_app = command_group(
     "GRPO (dapo loss, clipped ratio, beta 0) of the engineer: online on cold-start packets, or "
     "on groups the daemon already evaluated."

@@ -41,6 +41,19 @@ HARNESS_PREFIX = "[harness] "
 
 
 @dataclass(frozen=True)
+class GenerationRecord:
+    """One model call of an episode: what the target read and what it wrote (before the
+    prompter and pre_action saw it). Recorded on request (`HarnessRuntime(on_generation=)`) to
+    train the target on its own successful episodes (coevolution: trainer/target_sft.py);
+    trajectories do not carry prompts, which the runtime rebuilds each step."""
+
+    trajectory_id: str
+    step: int
+    messages: list[ChatMessage]
+    output: str
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """How episodes are run; read from settings at the entry point and passed down."""
 
@@ -77,10 +90,12 @@ class HarnessRuntime:
         data_root: Path,
         config: RunConfig | None = None,
         env_factory: Callable[[], Env] | None = None,
+        on_generation: Callable[[GenerationRecord], None] | None = None,
     ) -> None:
         self.suite = suite
         self.policy = policy
         self.config = config or RunConfig()
+        self.on_generation = on_generation
         self._env_factory = env_factory or (lambda: suite.make_env(data_root))
         self._envs: list[Env] = []
 
@@ -195,9 +210,18 @@ class HarnessRuntime:
             started = time.perf_counter()
             generations = self.policy.generate(requests)
             share = (time.perf_counter() - started) / len(waiting)
-            for ep, generation in zip(waiting, generations, strict=True):
+            for ep, request, generation in zip(waiting, requests, generations, strict=True):
                 ep.model_seconds += share
                 ep.generated_tokens += generation.tokens
+                if self.on_generation is not None:
+                    self.on_generation(
+                        GenerationRecord(
+                            ep.spec.trajectory_id,
+                            ep.view.step,
+                            [dict(m) for m in request.messages],
+                            generation.text,
+                        )
+                    )
                 self._review(ep, generation.text)
 
     def _request(self, ep: Episode, pending: PendingStep) -> GenerationRequest:

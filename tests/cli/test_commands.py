@@ -59,10 +59,12 @@ def test_unknown_split_is_refused() -> None:
 
 @pytest.mark.integration
 def test_eval_writes_trajectories_and_prints_rates(tmp_path: Path) -> None:
-    out = tmp_path / "runs" / "x.jsonl"
+    out, calls = tmp_path / "runs" / "x.jsonl", tmp_path / "calls.jsonl"
     args = ["eval", "--env", "dbbench", "--split", "dev", "--limit", "2", "--max-steps", "1"]
     result = runner.invoke(
-        app, [*args, "--lockstep", "2", "--out", str(out), "--max-new-tokens", "16"]
+        app,
+        [*args, "--lockstep", "2", "--out", str(out), "--max-new-tokens", "16"]
+        + ["--record-generations", str(calls)],
     )
     assert result.exit_code == 0, result.output
     lines = out.read_text().splitlines()
@@ -71,6 +73,10 @@ def test_eval_writes_trajectories_and_prints_rates(tmp_path: Path) -> None:
     assert {t.task.task_id for t in trajectories} == {"dev-000", "dev-030"}
     assert all(t.outcome.steps == 1 for t in trajectories)
     assert "95% interval" in result.output and "dbbench" in result.output
+    records = [json.loads(line) for line in calls.read_text().splitlines()]
+    outputs = {(r["trajectory_id"], r["step"]): r["output"] for r in records}
+    assert outputs == {(t.trajectory_id, 0): t.steps[0].raw_output for t in trajectories}
+    assert all(r["messages"][0]["role"] == "system" for r in records)
 
 
 @pytest.mark.integration

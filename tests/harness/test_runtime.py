@@ -359,3 +359,37 @@ def test_without_a_hook_budget_every_call_is_made() -> None:
     hooks = InProcessHooks("ov-slow", {HookName.PRE_ACTION: slow})
     trajectory, _ = _run(ScriptedPolicy(["ACTION: look"]), hooks, hook_budget_s=None)
     assert len(calls) == 5 and not [f for s in trajectory.steps for f in s.faults]
+
+
+def test_every_model_call_is_recorded_with_what_the_model_read_and_wrote() -> None:
+    from harness_r1.harness.runtime import GenerationRecord
+
+    read: list[list[dict[str, str]]] = []
+
+    def respond(messages: Any) -> str:
+        read.append([dict(m) for m in messages])
+        if "not allowed" in messages[-1]["content"]:
+            return "ACTION: open door"
+        return "ACTION: look" if len(messages) < 3 else "ACTION: smash door"
+
+    def no_smash(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        if ctx["proposed_action"] == "smash door":
+            return {"effect": "veto", "text": "smashing is not allowed"}
+        return None
+
+    records: list[GenerationRecord] = []
+    envs: list[DoorEnv] = []
+    runtime = _runtime(ScriptedPolicy(respond), envs)
+    runtime.on_generation = records.append
+    hooks = InProcessHooks("ov-veto", {HookName.PRE_ACTION: no_smash})
+    [trajectory] = runtime.run([EpisodeSpec(task=TASK, seed=1, hooks=hooks)])
+
+    assert envs[0].actions == ["look", "open door"] and trajectory.outcome.success
+    assert [(r.step, r.output) for r in records] == [
+        (0, "ACTION: look"),
+        (1, "ACTION: smash door"),
+        (1, "ACTION: open door"),  # the veto's second call: the one the step took
+    ]
+    assert [r.messages for r in records] == read
+    assert {r.trajectory_id for r in records} == {trajectory.trajectory_id}
+    assert [s.raw_output for s in trajectory.steps] == ["ACTION: look", "ACTION: open door"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,6 +19,7 @@ from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.evaluation import summarize
 from harness_r1.harness.policies.base import Policy
+from harness_r1.harness.runtime import GenerationRecord
 from harness_r1.harness.tasks import spread
 
 
@@ -31,6 +35,9 @@ class EvalRequest:
     # Self-Refine (harness.refine): failures critiqued by the target and replayed once; `out`
     # gets the trajectories that count (the replay where the first attempt failed)
     self_refine: bool = False
+    # every model call (messages read, text written) as JSON Lines: the tuned target's data
+    # (trainer/target_sft.py)
+    record_generations: Path | None = None
 
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
@@ -84,6 +91,13 @@ def _refined(
     return result.final
 
 
+def _writer_of(records: IO[str]) -> Callable[[GenerationRecord], None]:
+    def write(record: GenerationRecord) -> None:
+        records.write(json.dumps(dataclasses.asdict(record)) + "\n")
+
+    return write
+
+
 def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Trajectory]:
     suite = get_suite(request.env)
     if request.split not in suite.splits:
@@ -92,7 +106,17 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
         )
     tasks = spread(suite.load_tasks(data_root, request.split), request.limit)
     policy = request.target.build_policy()
-    runtime = HarnessRuntime(suite, policy, data_root, request.target.run_config("eval"))
+    records = None
+    if request.record_generations is not None:
+        request.record_generations.parent.mkdir(parents=True, exist_ok=True)
+        records = request.record_generations.open("w", encoding="utf-8")
+    runtime = HarnessRuntime(
+        suite,
+        policy,
+        data_root,
+        request.target.run_config("eval"),
+        on_generation=None if records is None else _writer_of(records),
+    )
     hooks = _incumbent_hooks(request.on, request.env)
     specs = [EpisodeSpec(task=t, seed=request.seed + i, hooks=hooks) for i, t in enumerate(tasks)]
     sink = None
@@ -126,6 +150,8 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
             close()
         if sink is not None:
             sink.close()
+        if records is not None:
+            records.close()
     harness = "base harness" if not request.on else f"overlay {hooks.overlay_id}"
     if request.self_refine:
         harness += " + Self-Refine"
