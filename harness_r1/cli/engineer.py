@@ -17,6 +17,7 @@ from harness_r1.cli.options import (
     LeanPrompt,
     OnIncumbent,
     PrefixCache,
+    TargetPolicy,
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
@@ -88,6 +89,7 @@ def engineer_evaluate(
             "prompt leaves it out and a patch writing it counts as invalid (stage scope)."
         ),
     ] = None,
+    policy: TargetPolicy = "smollm2",
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 
@@ -121,7 +123,12 @@ def engineer_evaluate(
         limit_packets=limit_packets,
         batch_size=batch_size,
         target=target_spec(
-            settings, history_turns, 64, max_steps=max_steps, prefix_cache=prefix_cache
+            settings,
+            history_turns,
+            64,
+            kind=policy,
+            max_steps=max_steps,
+            prefix_cache=prefix_cache,
         ),
         baseline_cache=baseline_cache,
         on=list(on or []),

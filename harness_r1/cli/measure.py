@@ -23,6 +23,7 @@ from harness_r1.cli.options import (
     OnIncumbent,
     PrefixCache,
     TargetDtype,
+    TargetPolicy,
     TargetTokens,
     or_setting,
     target_spec,
@@ -137,6 +138,7 @@ def canary_command(
     batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
     draft_tokens: DraftTokens = TARGET_DRAFT_TOKENS,
     dtype: TargetDtype = TARGET_DTYPE,
+    policy: TargetPolicy = "smollm2",
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
 
@@ -151,6 +153,7 @@ def canary_command(
         settings,
         history_turns,
         max_new_tokens,
+        kind=policy,
         max_steps=max_steps,
         lockstep=lockstep,
         prefix_cache=prefix_cache,

@@ -87,6 +87,14 @@ LeanPrompt = Annotated[
         "without meanings, one example, the failure point's last steps): for small engineers.",
     ),
 ]
+TargetPolicy = Annotated[
+    str,
+    typer.Option(
+        "--policy",
+        help="The frozen target: smollm2 or gemma3 (embedded), or a checkpoint dir (e.g. a "
+        "tuned target from `train target`).",
+    ),
+]
 Alpha = Annotated[
     float | None,
     typer.Option(help="Level of the guard regression test (default: settings loop.gate_alpha)."),

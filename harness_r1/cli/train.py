@@ -14,6 +14,7 @@ from harness_r1.cli.options import (
     LeanPrompt,
     OnIncumbent,
     PrefixCache,
+    TargetPolicy,
     TargetTokens,
     or_setting,
     target_spec,
@@ -47,6 +48,7 @@ def coldstart(
     ] = 3,
     lean_prompt: LeanPrompt = False,
     on: OnIncumbent = None,
+    policy: TargetPolicy = "smollm2",
 ) -> None:
     """Teacher proposals kept only when executable and non-regressive on the frozen target.
 
@@ -68,7 +70,12 @@ def coldstart(
         batch_size=batch_size,
         baseline_cache=baseline_cache,
         target=target_spec(
-            settings, history_turns, max_new_tokens, max_steps=max_steps, prefix_cache=prefix_cache
+            settings,
+            history_turns,
+            max_new_tokens,
+            kind=policy,
+            max_steps=max_steps,
+            prefix_cache=prefix_cache,
         ),
         lean_prompt=lean_prompt,
         on=list(on or []),
@@ -139,11 +146,10 @@ def target(
     ] = 4096,
 ) -> None:
     """Fine-tune the target on its own successful episodes (LoRA, merged into a checkpoint):
-    the paper's tuned target (coevolution). Serve it with `--policy OUT/tuned-vNNNN`.
+    the paper's tuned target (coevolution). Serve it with `--policy OUT/tuned-vNNNN`. The runs
+    come from `eval --out r.jsonl --record-generations g.jsonl` (under the incumbent, `--on`).
 
-    Example: `harness-r1 eval --env webshop --split fixed_train --on inc.txt --out r.jsonl
-    --record-generations g.jsonl; harness-r1 train target r.jsonl --generations g.jsonl
-    --out artifacts/target`"""
+    Example: `harness-r1 train target r.jsonl --generations g.jsonl --out artifacts/target`"""
     from harness_r1.consumers.packets import read_trajectories
     from harness_r1.trainer.model_io import resolve_base
     from harness_r1.trainer.sft import SftSettings, train_sft
@@ -229,6 +235,7 @@ def grpo_online(
         ),
     ] = False,
     lean_prompt: LeanPrompt = False,
+    policy: TargetPolicy = "smollm2",
 ) -> None:
     """Online GRPO: the engineer samples K patches per packet, the canary rewards each.
 
@@ -240,7 +247,7 @@ def grpo_online(
 
     settings = cli_settings()
     turns = or_setting(history_turns, settings.loop.history_turns)
-    runner_for = _canary_runners(target_steps, turns, prefix_cache)
+    runner_for = _canary_runners(policy, target_steps, turns, prefix_cache)
     found, resolver = packets_and_resolver(
         load_packet_rows(packets), settings.data_root(), runner_for
     )
@@ -309,7 +316,7 @@ def grpo_replay(
 
 
 def _canary_runners(  # type: ignore[no-untyped-def]
-    target_steps: int | None, history_turns: int, prefix_cache: bool
+    policy_kind: str, target_steps: int | None, history_turns: int, prefix_cache: bool
 ):
     """env name -> the canary runner that rewards online completions (one shared target)."""
     from harness_r1.envs import get_suite
@@ -323,6 +330,7 @@ def _canary_runners(  # type: ignore[no-untyped-def]
     root = settings.data_root()
     policy = build_policy(
         PolicySpec(
+            kind=policy_kind,
             sampling=SamplingConfig(max_new_tokens=64),
             cache_dir=settings.cache,
             prefix_cache=prefix_cache,
