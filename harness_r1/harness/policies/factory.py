@@ -64,9 +64,12 @@ def build_policy(spec: PolicySpec) -> Policy:
             draft_tokens=spec.draft_tokens,
             dtype=spec.dtype,
         )
+    from harness_r1.harness.policies.local_models import checkpoint_version
+
     return TransformersPolicy(
         backend.checkpoint,
         model_id=backend.name,
+        version=checkpoint_version(backend.checkpoint),
         sampling=spec.sampling,
         max_batch=spec.max_batch,
         prefix_cache=spec.prefix_cache,

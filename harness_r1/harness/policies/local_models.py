@@ -114,6 +114,15 @@ def _fingerprint(path: Path) -> str:
     ]
 
 
+def checkpoint_version(checkpoint: Path) -> str:
+    """A checkpoint directory's version: a fingerprint of its config and weight files, so two
+    checkpoints that share a directory name (two tuned targets' `tuned-v0001`) are different
+    targets to the canary's baseline cache and to trajectories."""
+    parts = [(checkpoint / "config.json").read_text(encoding="utf-8")]
+    parts += [_fingerprint(path) for path in sorted(checkpoint.glob("*.safetensors"))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
 #: Bumped when the conversion itself changes, so older cached conversions are not reused.
 CONVERSION = "c2"  # c2: tokenizer eos/pad = the model's end-of-turn token
 
