@@ -278,9 +278,7 @@ def export_coldstart(env: str, out: Path) -> int:
             for start in range(max(0, len(words) - 9)):  # ten words in a row: task text
                 shingle = " ".join(words[start : start + 10])
                 assert shingle not in text, f"{env}: a completion holds task text: {shingle!r}"
-        task_ids = sorted(packets[row["metadata"]["packet_id"]]["task_ids"])
-        meta = {**row["metadata"], "task_ids": task_ids}  # what restore_coldstart matches by
-        rows.append({"completion": row["completion"], "metadata": meta})
+        rows.append({"completion": row["completion"], "metadata": row["metadata"]})
     path = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -291,18 +289,16 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     """The env's cold start from the committed rows: packets rebuilt from `runs` (the training
     runs under the incumbent, regenerated), prompts from the packets. Writes the folder `train
     coldstart` would (dataset.jsonl, packets.jsonl, stats.json with `restored`); False when
-    nothing is committed.
+    nothing is committed. The committed rows are only read.
 
-    A row finds its packet by the tasks its canary ran (`task_ids`, written back into the
-    committed rows), else by packet id, else by position: regenerated runs are not always
-    byte-identical to the ones the rows were canaried on (between sessions here DBBench's and
-    ALFWorld's were not, WebShop's were: greedy decoding on another host), yet the packets are
-    cut from the same tasks in the same order, so the k-th packet is the same tasks' failures
-    (checked where ids still matched: packet k was packet k). Position is used only when both
-    runs cut the same number of packets. The row keeps its canary delta (measured on those
-    tasks, bar one whose outcome flipped between the runs); its prompt shows the regenerated
-    failures. Rows without a packet are dropped and
-    counted."""
+    A row finds its packet by the tasks its canary ran (`task_ids` in its metadata), else by
+    packet id, else by the packet sharing most of its tasks (at least half): greedy text is
+    reproducible on one CPU kind, not across them (bf16 kernels differ: DBBench's and
+    ALFWorld's runs regenerated on an AMX host differed from the AVX512 host's), so an outcome
+    can flip and change which of a chunk's tasks fail, hence the packet's task set, by one. Such
+    a row keeps its canary delta (measured on its own tasks) and gets the prompt of the
+    regenerated packet of the same chunk. Rows without a packet are dropped and counted; how
+    each row was matched is in stats.json."""
     committed = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     if not committed.exists():
         return False
@@ -317,65 +313,53 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     assert root is not None
     config = SourceConfig(batch_size=BATCH, incumbent=load_incumbent(on, env))
     sources = sources_from_runs([runs], env, SPLITS[env][0], root, config)
-    committed_rows = trajectories(committed)
-    by_tasks = {source_tasks(s): s for s in sources}
-    by_id = {s.packet.packet_id: s for s in sources}
-    old_order = list(dict.fromkeys(row["metadata"]["packet_id"] for row in committed_rows))
-    by_position = (
-        dict(zip(old_order, sources, strict=True)) if len(old_order) == len(sources) else {}
-    )
     rows, missing, how = [], 0, Counter[str]()
     used: dict[str, Any] = {}
-    for row in committed_rows:
-        meta = row["metadata"]
-        tasks = tuple(meta.get("task_ids") or ())
-        found = [
-            ("tasks", by_tasks.get(tasks)),
-            ("packet id", by_id.get(meta["packet_id"])),
-            ("position", by_position.get(meta["packet_id"])),
-        ]
-        way, source = next(((w, s) for w, s in found if s is not None), ("", None))
+    for row in trajectories(committed):
+        way, source = packet_of(row["metadata"], sources)
         if source is None:
             missing += 1
             continue
         how[way] += 1
-        meta["task_ids"] = list(source_tasks(source))
         used[source.packet.packet_id] = source
         prompt = engineer_messages(source.packet, config=PromptConfig(lean=True))
-        rows.append(
-            {
-                "prompt": prompt,
-                **row,
-                "metadata": {
-                    **meta,
-                    "packet_id": source.packet.packet_id,
-                    "committed_packet_id": meta["packet_id"],
-                },
-            }
-        )
-    # the tasks each row's canary ran go back into the committed rows: later restores match
-    # by them, whatever the regenerated runs look like
-    committed.write_text("".join(json.dumps(r) + "\n" for r in committed_rows), encoding="utf-8")
+        meta = {**row["metadata"], "packet_id": source.packet.packet_id,
+                "committed_packet_id": row["metadata"]["packet_id"]}  # fmt: skip
+        rows.append({"prompt": prompt, **row, "metadata": meta})
     folder = out / f"{env}-engineer-coldstart"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     packets = "".join(json.dumps(packet_row(s)) + "\n" for s in used.values())
     (folder / "packets.jsonl").write_text(packets)
-    stats = {
-        "restored": True,
-        "packets": len(used),
-        "kept": len(rows),
-        "missing_rows": missing,
-        "matched_by": dict(how),
-    }
+    stats = {"restored": True, "packets": len(used), "kept": len(rows), "missing_rows": missing,
+             "matched_by": dict(how)}  # fmt: skip
     (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"{env}: restored {len(rows)} rows of {len(used)} packets ({missing} not rebuilt; "
           f"matched by {dict(how)})")  # fmt: skip
     return True
 
 
+def packet_of(meta: dict[str, Any], sources: list[Any]) -> tuple[str, Any]:
+    """(how, source) for a committed row: its canary's exact task set, its packet id, or the
+    unique source sharing the most of its tasks (at least half); ("", None) when none does."""
+    tasks = set(meta.get("task_ids") or ())
+    for source in sources:
+        if tasks and set(source_tasks(source)) == tasks:
+            return "tasks", source
+    for source in sources:
+        if source.packet.packet_id == meta["packet_id"]:
+            return "packet id", source
+    shared = sorted(((len(tasks & set(source_tasks(s))), i) for i, s in enumerate(sources)),
+                    reverse=True)  # fmt: skip
+    best = shared[0][0] if shared else 0
+    unique = len(shared) == 1 or (len(shared) > 1 and shared[1][0] < best)
+    if tasks and 2 * best >= len(tasks) and unique:
+        return "most shared tasks", sources[shared[0][1]]
+    return "", None
+
+
 def source_tasks(source: Any) -> tuple[str, ...]:
-    """The task ids a packet source's canary runs, sorted: what identifies its rows."""
+    """The task ids a packet source's canary runs, sorted."""
     return tuple(sorted(task.task_id for task in source.tasks))
 
 
