@@ -835,9 +835,10 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
         folder = out / "transfer"
         folder.mkdir(parents=True, exist_ok=True)
         conditions: dict[str, list[str]] = {"base": [], "incumbent": on} if on else {"base": []}
-        for best in sorted((out / "engineers").glob(f"{env}-*-best.json")):
-            name = best.name[len(env) + 1 : -len("-best.json")]
-            conditions[f"incumbent+{name}'s best"] = [*on, "--on", str(best)]
+        for name in ENGINEERS:  # the table's rows, not the ablation's
+            best = out / "engineers" / f"{env}-{name}-best.json"
+            if best.exists():
+                conditions[f"incumbent+{name}'s best"] = [*on, "--on", str(best)]
         results[env] = {}
         for condition, extra in conditions.items():
             slug = re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")
@@ -870,12 +871,16 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
                         path, log)  # fmt: skip
         runs.append(path)
         generations.append(recorded)
-    tuned = sorted(folder.glob("target/tuned-v*"))
+
+    def merged() -> list[Path]:  # finished merges only (a merge in progress is hidden)
+        return sorted(folder.glob("target/tuned-v[0-9][0-9][0-9][0-9]"))
+
+    tuned = merged()
     if not tuned:
         run([HR, "train", "target", *map(str, runs),
              *(arg for g in generations for arg in ("--generations", str(g))),
              "--out", str(folder / "target")], log)  # fmt: skip
-        tuned = sorted(folder.glob("target/tuned-v*"))
+        tuned = merged()
     checkpoint = tuned[-1]
     results: dict[str, dict[str, Any]] = {}
     for env in envs:

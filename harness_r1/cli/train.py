@@ -138,6 +138,10 @@ def target(
         typer.Option(help="The same runs' `eval --record-generations` files (repeatable)."),
     ],
     out: Annotated[Path, typer.Option(help="Root of the tuned target's runs and checkpoint.")],
+    base: Annotated[
+        str,
+        typer.Option(help="The target the runs are of: smollm2, gemma3 or a checkpoint dir."),
+    ] = "smollm2",
     epochs: Annotated[float, typer.Option()] = 2.0,
     learning_rate: Annotated[float, typer.Option()] = 2e-4,
     batch_size: Annotated[int, typer.Option()] = 4,
@@ -151,9 +155,11 @@ def target(
 
     Example: `harness-r1 train target r.jsonl --generations g.jsonl --out artifacts/target`"""
     from harness_r1.consumers.packets import read_trajectories
+    from harness_r1.harness.policies.local_models import EMBEDDED
     from harness_r1.trainer.model_io import resolve_base
     from harness_r1.trainer.sft import SftSettings, train_sft
     from harness_r1.trainer.target_sft import (
+        check_runs_of,
         merge_checkpoint,
         own_success_rows,
         read_records,
@@ -161,6 +167,10 @@ def target(
     )
 
     trajectories = [t for path in runs for t in read_trajectories(path)]
+    try:
+        check_runs_of(trajectories, EMBEDDED[base].name if base in EMBEDDED else Path(base).name)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
     records = [r for path in generations for r in read_records(path)]
     rows = own_success_rows(trajectories, records)
     if not rows:
@@ -176,10 +186,10 @@ def target(
         max_length=max_length,
     )
     cache = cli_settings().cache
-    result = train_sft(dataset, settings=settings, cache_dir=cache)
+    result = train_sft(dataset, base, settings=settings, cache_dir=cache)
     tuned = out / f"tuned-{result.version_dir.name}"
     if not tuned.exists():
-        merge_checkpoint(resolve_base("smollm2", cache), result.version_dir, tuned)
+        merge_checkpoint(resolve_base(base, cache), result.version_dir, tuned)
     typer.echo(f"tuned target: {tuned} (serve it with --policy {tuned})")
 
 
@@ -206,7 +216,7 @@ def grpo_online(
         Path,
         typer.Argument(
             help="packets.jsonl of a cold start: K samples per packet, each rewarded by its "
-            "canary delta on the packet's own tasks and seeds (SmolLM2 target)."
+            "canary delta on the packet's own tasks and seeds (the `--policy` target)."
         ),
     ],
     out: Out = Path("artifacts"),
@@ -237,7 +247,8 @@ def grpo_online(
     lean_prompt: LeanPrompt = False,
     policy: TargetPolicy = "smollm2",
 ) -> None:
-    """Online GRPO: the engineer samples K patches per packet, the canary rewards each.
+    """Online GRPO: the engineer samples K patches per packet, the canary rewards each (on the
+    target `--policy`).
 
     Example: `harness-r1 train grpo online runs/cs/packets.jsonl --adapter
     artifacts/engineer/v0001`"""

@@ -179,6 +179,8 @@ class HeldOutReport:
             "seed": self.config.seed,
             "temperature": self.config.temperature,
             "max_new_tokens": self.config.max_new_tokens,
+            "lean_prompt": self.config.prompt.lean,
+            "hooks": [str(hook) for hook in self.config.prompt.hooks],  # what it might write
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -223,14 +223,17 @@ def _self_contained(code: str) -> bool:
     return re.search(r"\bstate\s*(\[|\.get\b)", code) is None
 
 
-def reference_example(env: str, max_chars: int = 600) -> PromptExample | None:
-    """One hook of the env's reference patch, within `max_chars`: its episode_start (it carries
-    task knowledge), else its shortest self-contained hook; None if there is no such hook."""
+def reference_example(
+    env: str, max_chars: int = 600, hooks: Sequence[HookName] = tuple(HookName)
+) -> PromptExample | None:
+    """One hook of the env's reference patch among `hooks`, within `max_chars`: its
+    episode_start (it carries task knowledge), else its shortest self-contained hook; None if
+    there is no such hook."""
     patches = reference_patches(env)
     if not patches:
         return None
     patch = patches[sorted(patches)[0]]
-    fitting = [h for h in patch.hooks if len(h.code) <= max_chars]
+    fitting = [h for h in patch.hooks if len(h.code) <= max_chars and h.hook in hooks]
     start = [h for h in fitting if h.hook == HookName.EPISODE_START]
     alone = [h for h in fitting if _self_contained(h.code)]
     if not start and not alone:
@@ -245,7 +248,7 @@ def default_examples(env: str, config: PromptConfig | None = None) -> list[Promp
     breaker for an env without one); an example that writes a hook the engineer may not
     write is left out (the loop breaker stands in where it may)."""
     config = config or PromptConfig()
-    reference = reference_example(env, config.max_example_chars)
+    reference = reference_example(env, config.max_example_chars, config.hooks)
 
     def writable(example: PromptExample) -> bool:
         return {h.hook for h in example.patch.hooks} <= set(config.hooks)

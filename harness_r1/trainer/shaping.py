@@ -57,7 +57,8 @@ class InvalidRewardShape:
 
     def rejected(self, stage: str | None, reason: str | None) -> float:
         """A proposal refused before the canary ran: `stage` "parse" (with the ParseCode as
-        `reason`), "static", or "runner" (the runner's own validator)."""
+        `reason`), "static", "scope" (a hook the engineer may not write; graded as a runner
+        refusal), or "runner" (the runner's own validator)."""
         if not self.graded:
             return self.invalid_reward
         if stage == "parse":

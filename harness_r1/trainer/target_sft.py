@@ -9,7 +9,8 @@ target learns what it did right itself, and the incumbent overlay still runs on 
 (whether patching still adds on a tuned target is what the experiment asks).
 
 Training is the engineer's SFT (`trainer.sft.train_sft`: LoRA, completion-only loss) on the
-target's own base; `merge_checkpoint` folds the adapter into a full checkpoint directory, which
+target's own base (the model whose runs they are: checked by `check_runs_of`);
+`merge_checkpoint` folds the adapter into a full checkpoint directory, which
 `--policy DIR` serves (its directory name is its model id, so canary baselines of the tuned and
 the frozen target never mix).
 """
@@ -22,17 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from harness_r1.contracts import HookName, Trajectory
+from harness_r1.harness.runtime import GenerationRecord
 
 
 def own_success_rows(
-    trajectories: Iterable[Trajectory], records: Iterable[dict[str, Any]]
+    trajectories: Iterable[Trajectory], records: Iterable[GenerationRecord]
 ) -> list[dict[str, Any]]:
     """SFT rows of the target's own accepted outputs in successful episodes, in trajectory and
-    step order. `records`: GenerationRecord dicts of the same run (trajectory_id, step,
-    messages, output); the last call of a step is the one that counts."""
-    calls: dict[tuple[str, int], dict[str, Any]] = {}
+    step order. `records`: the model calls of the same runs; the last call of a step (after
+    any veto) is the one that counts."""
+    calls: dict[tuple[str, int], GenerationRecord] = {}
     for record in records:
-        calls[(record["trajectory_id"], int(record["step"]))] = record
+        calls[(record.trajectory_id, record.step)] = record
     rows = []
     for trajectory in trajectories:
         if not trajectory.outcome.success:
@@ -40,12 +42,12 @@ def own_success_rows(
         for step in trajectory.steps:
             changed = any(e.hook == HookName.PRE_ACTION for e in step.effects)
             call = calls.get((trajectory.trajectory_id, step.index))
-            if changed or not step.raw_output or call is None or call["output"] != step.raw_output:
+            if changed or not step.raw_output or call is None or call.output != step.raw_output:
                 continue
             rows.append(
                 {
-                    "prompt": call["messages"],
-                    "completion": [{"role": "assistant", "content": call["output"]}],
+                    "prompt": call.messages,
+                    "completion": [{"role": "assistant", "content": call.output}],
                     "metadata": {
                         "trajectory_id": trajectory.trajectory_id,
                         "task_id": trajectory.task.task_id,
@@ -57,12 +59,29 @@ def own_success_rows(
     return rows
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+def read_records(path: Path) -> list[GenerationRecord]:
+    """An `eval --record-generations` file (a cut last line, from a run that was stopped, is
+    skipped: its episode never finished, so no trajectory needs it)."""
+    records = []
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            try:
+                records.append(GenerationRecord(**json.loads(line)))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def check_runs_of(trajectories: Sequence[Trajectory], model_id: str) -> None:
+    """Refuse to train a model on another model's runs (a tuned target learns its own
+    successes, not those of the target it replaces)."""
+    others = sorted({t.target.model_id for t in trajectories} - {model_id})
+    if others:
+        raise ValueError(f"the runs are {', '.join(others)}'s, not {model_id}'s")
 
 
 def write_rows(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """The rows as the JSONL `train_sft` reads."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
@@ -75,7 +94,7 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     base = AutoModelForCausalLM.from_pretrained(str(base_dir))
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()

@@ -66,6 +66,7 @@ from harness_r1.trainer.prompt import (
     engineer_messages,
     engineer_prompt_text,
     limits_stated,
+    reference_example,
     render_completion,
     system_prompt,
 )
@@ -682,6 +683,8 @@ def test_a_removed_hook_is_neither_taught_nor_shown_in_an_example(
         assert all(str(hook) in text for hook in kept), (env, removed)
         examples = default_examples(env, PromptConfig(hooks=kept))
         assert examples and all(removed not in {h.hook for h in e.patch.hooks} for e in examples)
+        if reference_example(env, hooks=kept) is not None:  # the env's own example stays last
+            assert examples[-1].patch.env == env, (env, removed)
 
 
 def test_all_hooks_allowed_is_the_prompt_as_before() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +19,8 @@ from harness_r1.contracts import (
     Timings,
     Trajectory,
 )
-from harness_r1.trainer.target_sft import own_success_rows
+from harness_r1.harness.runtime import GenerationRecord
+from harness_r1.trainer.target_sft import check_runs_of, own_success_rows, read_records
 
 
 def _trajectory(name: str, success: bool, steps: list[Step]) -> Trajectory:
@@ -53,9 +53,9 @@ def _step(index: int, raw: str, action: str, *effects: HookEffect) -> Step:
     return Step(index=index, observation="o", raw_output=raw, action=action, effects=list(effects))
 
 
-def _record(name: str, step: int, output: str) -> dict[str, Any]:
+def _record(name: str, step: int, output: str) -> GenerationRecord:
     messages = [{"role": "user", "content": f"{name} {step} {output}"}]
-    return {"trajectory_id": name, "step": step, "messages": messages, "output": output}
+    return GenerationRecord(trajectory_id=name, step=step, messages=messages, output=output)
 
 
 def test_rows_are_the_targets_own_accepted_outputs_in_successful_episodes() -> None:
@@ -134,3 +134,17 @@ def test_the_tuned_target_is_a_checkpoint_the_runtime_serves(tmp_path: Path) -> 
     messages = [{"role": "user", "content": "How many?"}]
     [answer] = policy.generate([GenerationRequest(messages=messages)])
     assert policy.model_id == "tuned" and answer.tokens > 0
+
+
+def test_a_stopped_runs_cut_last_record_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    whole = '{"trajectory_id": "t", "step": 0, "messages": [], "output": "a"}\n'
+    path.write_text(whole + '{"trajectory_id": "t", "step": 1, "mess')
+    assert read_records(path) == [GenerationRecord("t", 0, [], "a")]
+
+
+def test_a_model_is_not_trained_on_another_models_runs() -> None:
+    runs = [_trajectory("won", True, [])]
+    check_runs_of(runs, "m")
+    with pytest.raises(ValueError, match="the runs are m's, not gemma-3-270m's"):
+        check_runs_of(runs, "gemma-3-270m")

@@ -106,10 +106,16 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
         )
     tasks = spread(suite.load_tasks(data_root, request.split), request.limit)
     policy = request.target.build_policy()
-    records = None
+    hooks = _incumbent_hooks(request.on, request.env)
+    specs = [EpisodeSpec(task=t, seed=request.seed + i, hooks=hooks) for i, t in enumerate(tasks)]
+    sink = records = None
+    if request.out is not None:
+        request.out.parent.mkdir(parents=True, exist_ok=True)
+        sink = request.out.open("w", encoding="utf-8")
     if request.record_generations is not None:
         request.record_generations.parent.mkdir(parents=True, exist_ok=True)
-        records = request.record_generations.open("w", encoding="utf-8")
+        # line-buffered: a stopped run keeps every call it made, as the trajectories do
+        records = request.record_generations.open("w", encoding="utf-8", buffering=1)
     runtime = HarnessRuntime(
         suite,
         policy,
@@ -117,12 +123,6 @@ def run_eval(request: EvalRequest, data_root: Path, console: Console) -> list[Tr
         request.target.run_config("eval"),
         on_generation=None if records is None else _writer_of(records),
     )
-    hooks = _incumbent_hooks(request.on, request.env)
-    specs = [EpisodeSpec(task=t, seed=request.seed + i, hooks=hooks) for i, t in enumerate(tasks)]
-    sink = None
-    if request.out is not None:
-        request.out.parent.mkdir(parents=True, exist_ok=True)
-        sink = request.out.open("w", encoding="utf-8")
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

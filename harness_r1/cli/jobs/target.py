@@ -14,9 +14,9 @@ from harness_r1.harness.policies.factory import PolicySpec, build_policy
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """Which model (`kind`: the embedded SmolLM2, or an OpenAI-compatible server at
-    `base_url`), how it decodes, what it sees and how many episodes advance together.
-    Defaults are the domain configs' (RunConfig, SamplingConfig)."""
+    """Which model (`kind`: an embedded one, smollm2 or gemma3, a checkpoint directory, or an
+    OpenAI-compatible server at `base_url`), how it decodes, what it sees and how many
+    episodes advance together. Defaults are the domain configs' (RunConfig, SamplingConfig)."""
 
     kind: str = "smollm2"
     base_url: str | None = None

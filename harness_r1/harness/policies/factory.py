@@ -10,7 +10,8 @@ from harness_r1.harness.policies.base import Policy, SamplingConfig
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """`kind`: "smollm2" (embedded transformers), "openai" (HTTP), or a local checkpoint dir."""
+    """`kind`: "smollm2" or "gemma3" (embedded transformers), "openai" (HTTP), or a local
+    checkpoint dir."""
 
     kind: str = "smollm2"
     base_url: str | None = None

@@ -230,6 +230,8 @@ class TransformersPolicy:
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.sampling.max_new_tokens,
             "pad_token_id": self.tokenizer.pad_token_id,
+            # stop where `_answer` cuts (every turn marker), not only at the configured eos
+            "eos_token_id": sorted(self._stop_set),
             "do_sample": not self.sampling.greedy,
         }
         if self.sampling.greedy:
