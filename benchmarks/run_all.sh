@@ -5,6 +5,8 @@
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 mkdir -p runs
+# the tests too slow for make test (pytest's `slow` marker): whole model conversions
+$PY -m pytest -m slow 2>&1 | tee runs/bench-slow-tests.log
 bash benchmarks/vanilla.sh 2>&1 | tee runs/bench-vanilla.log
 $PY benchmarks/policy_batching.py --env dbbench --split dev --episodes 8 --max-steps 5 2>&1 | tee runs/bench-batching.log
 $PY benchmarks/policy_batching.py --env alfworld --split valid_seen --episodes 4 --max-steps 4 --history-turns 3 --max-new-tokens 64 --prefix-cache 2>&1 | tee runs/bench-prefix-cache.log
