@@ -395,17 +395,48 @@ def heldout_runs(env: str, out: Path, log: Path) -> Path:
     return heldout_target_runs(env, on, path, log)
 
 
+#: the SFT engineer kept in the repository (adapter, tokenizer, metadata: ~10 MB, no task
+#: data), so a later session goes on to GRPO without an hour of restore and SFT
+COMMITTED_SFT = COMMITTED / "sft-engineer"
+
+
+def rows_digest(dataset: Path) -> str:
+    """SHA-256 of a dataset's (prompt, completion) pairs in order: what SFT trains on (the
+    metadata, which a restore rewrites, is left out)."""
+    import hashlib
+
+    pairs = [[row["prompt"], row["completion"]] for row in trajectories(dataset)]
+    return hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()
+
+
 def sft_version(out: Path) -> Path | None:
-    """The published SFT engineer trained on this cold start (its dataset's sha256), if any."""
+    """The published SFT engineer trained on this cold start (its dataset's sha256), else the
+    committed one if it was trained on the same (prompt, completion) pairs, else None."""
     from harness_r1.trainer.model_io import file_sha256
     from harness_r1.trainer.versions import list_versions, read_metadata
 
-    sha = file_sha256(out / "engineer-coldstart.jsonl")
+    dataset = out / "engineer-coldstart.jsonl"
+    sha = file_sha256(dataset)
     for version in list_versions(out / "engineer"):
         meta = read_metadata(version)
         if meta.get("kind") == "sft" and meta.get("dataset", {}).get("sha256") == sha:
             return version
+    digest = COMMITTED_SFT / "rows-digest.txt"
+    if digest.exists() and digest.read_text().strip() == rows_digest(dataset):
+        return COMMITTED_SFT
     return None
+
+
+def commit_sft(version: Path, dataset: Path) -> None:
+    """Keep the SFT engineer in the repository (COMMITTED_SFT), with the digest of the rows it
+    was trained on: `sft_version` takes it only for the same rows."""
+    import shutil
+
+    if version == COMMITTED_SFT:
+        return
+    shutil.rmtree(COMMITTED_SFT, ignore_errors=True)
+    shutil.copytree(version, COMMITTED_SFT)
+    (COMMITTED_SFT / "rows-digest.txt").write_text(rows_digest(dataset) + "\n")
 
 
 def stage_sft(envs: list[str], out: Path, log: Path) -> Path:
@@ -527,7 +558,7 @@ def grpo_version(out: Path, sft: Path) -> Path | None:
 
     for version in list_versions(out / "engineer"):
         meta = read_metadata(version)
-        if meta.get("kind") == "grpo" and meta.get("parent_version") == sft.name:
+        if meta.get("kind") == "grpo" and meta.get("parent_path") == str(sft):
             return version
     return None
 
@@ -784,10 +815,15 @@ def run_coldstart(envs: list[str], out: Path, log: Path) -> None:
 
 
 def run_sft(envs: list[str], out: Path, log: Path) -> None:
+    version = sft_version(out)
+    if version == COMMITTED_SFT:  # trained in an earlier session: its curve is committed too
+        print(f"SFT engineer: {version} (committed; its curve: {COMMITTED}/results-sft-curve.json)")
+        return
     curve = stage_sft_curve(envs, out, log)
     (out / "results-sft-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
     version = sft_version(out)
     assert version is not None
+    commit_sft(version, out / "engineer-coldstart.jsonl")
     plot_sft(curve, version, out / "sft-curve.png")
     for point in curve:
         low, high = point["ci"]
