@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,47 +100,29 @@ def classify(
     """Parse and statically check one sample; `hooks`: the hooks this engineer may write (a
     patch writing another is refused at stage "scope"). Never raises (no layer does)."""
     parsed = parse_engineer_output(sample.text, env=env)
-    if parsed.patch is not None:
-        foreign = sorted({str(h.hook) for h in parsed.patch.hooks} - {str(h) for h in hooks})
-        if foreign:
-            return Proposal(
-                index=index,
-                sample=sample,
-                patch=parsed.patch,
-                valid=False,
-                stage="scope",
-                reason="hook_not_allowed",
-                message=f"writes {', '.join(foreign)}; this engineer may write only "
-                + ", ".join(str(h) for h in hooks),
-                codes=("hook_not_allowed",),
-                notes=parsed.notes,
-            )
+    refused = partial(
+        Proposal, index=index, sample=sample, patch=parsed.patch, valid=False, notes=parsed.notes
+    )
     if parsed.patch is None:
-        return Proposal(
-            index=index,
-            sample=sample,
-            patch=None,
-            valid=False,
-            stage="parse",
-            reason=None if parsed.code is None else str(parsed.code),
-            message=parsed.message,
-            codes=() if parsed.code is None else (str(parsed.code),),
-            notes=parsed.notes,
+        code = None if parsed.code is None else str(parsed.code)
+        codes = () if code is None else (code,)
+        return refused(stage="parse", reason=code, message=parsed.message, codes=codes)
+    foreign = sorted({str(h.hook) for h in parsed.patch.hooks} - {str(h) for h in hooks})
+    if foreign:
+        allowed = ", ".join(str(h) for h in hooks)
+        message = f"writes {', '.join(foreign)}; this engineer may write only {allowed}"
+        return refused(
+            stage="scope", reason="hook_not_allowed", message=message, codes=("hook_not_allowed",)
         )
     report = check_patch(parsed.patch, limits)
     first = first_violation(report)
     if first is not None:
         where = f"{first.hook} line {first.line}: " if first.hook and first.line else ""
-        return Proposal(
-            index=index,
-            sample=sample,
-            patch=parsed.patch,
-            valid=False,
+        return refused(
             stage="static",
             reason=str(first.code),
             message=where + first.message,
             codes=tuple(report.codes()),
-            notes=parsed.notes,
         )
     return Proposal(index=index, sample=sample, patch=parsed.patch, valid=True, notes=parsed.notes)
 
