@@ -3,8 +3,8 @@ transformers converts wrongly.
 
 Why: transformers 5 reads Gemma 3's GGUF tokenizer (SentencePiece, stored as `llama`: pieces,
 scores and token types, no merges) into a BPE with no usable merges, so every text is cut into
-single characters (checked here: "What is the capital of France?" became 30 tokens of one
-character each, and the model answered gibberish). llama.cpp, whose format this is, merges the adjacent
+single characters (checked here: "What is the capital of France?" became 30 one-character
+tokens, and the model answered gibberish). llama.cpp, whose format this is, merges the adjacent
 pair whose joined piece scores highest until none is left; a BPE whose merges are ranked by the
 joined piece's score does the same, so that is what is built here, from the file alone. Control
 tokens (`<bos>`, `<start_of_turn>`, ...) are special added tokens and user-defined ones (`\\n`,
