@@ -406,17 +406,19 @@ COMMITTED_SFT = COMMITTED / "sft-engineer"
 
 
 def rows_digest(dataset: Path) -> str:
-    """SHA-256 of a dataset's (prompt, completion) pairs in order: what SFT trains on (the
-    metadata, which a restore rewrites, is left out)."""
+    """SHA-256 of a dataset's completions in order: the teacher's patches SFT teaches, which
+    the committed rows fix. The prompts are left out: a restore rebuilds them from regenerated
+    runs, which differ on another kind of CPU (stage 4 in BENCHMARKS.md) while the rows are the
+    same; the metadata too (a restore adds to it)."""
     import hashlib
 
-    pairs = [[row["prompt"], row["completion"]] for row in trajectories(dataset)]
-    return hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()
+    completions = [row["completion"] for row in trajectories(dataset)]
+    return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
 
 
 def sft_version(out: Path) -> Path | None:
     """The published SFT engineer trained on this cold start (its dataset's sha256), else the
-    committed one if it was trained on the same (prompt, completion) pairs, else None."""
+    committed one if it was trained on the same rows (`rows_digest`), else None."""
     from harness_r1.trainer.model_io import file_sha256
     from harness_r1.trainer.versions import list_versions, read_metadata
 
