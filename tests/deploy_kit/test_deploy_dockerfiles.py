@@ -33,7 +33,7 @@ from deploy_files import (
 
 CPU = DEPLOY / "Dockerfile"
 GPU = DEPLOY / "Dockerfile.gpu"
-MAKE_ONLY_EXTRAS = {"dev"}  # test tools: in `make test`, not in an image
+MAKE_ONLY_EXTRAS = {"dev", "gemma"}  # test tools and the transfer target: not in an image
 NETWORK_TROUBLE = (
     "NewConnectionError",
     "Temporary failure in name resolution",

@@ -22,7 +22,8 @@ def test_targets_and_engineers_resolve_the_same_names(tmp_path: Path) -> None:
 
 
 def test_an_unknown_name_lists_what_this_role_accepts(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"unknown policy 'vllm'; use one of smollm2, 'openai' or"):
+    listed = r"unknown policy 'vllm'; use one of smollm2, gemma3, 'openai' or"
+    with pytest.raises(ValueError, match=listed):
         resolve_backend("vllm", "policy", ("openai",))
     empty = tmp_path / "no-config"
     empty.mkdir()
