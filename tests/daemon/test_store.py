@@ -575,15 +575,16 @@ def test_dead_letter_outbox_once_per_record_until_retention(store: StateStore) -
 
 
 def test_ingest_lease_one_holder_checked_in_every_ingest(store: StateStore) -> None:
-    a = IngestLease("ingest:g", "daemon-a", ttl_s=0.5)
-    b = IngestLease("ingest:g", "daemon-b", ttl_s=0.5)
+    # 2 s: the steps up to the pause below must fit in one lease on a loaded 2-core CI host
+    a = IngestLease("ingest:g", "daemon-a", ttl_s=2.0)
+    b = IngestLease("ingest:g", "daemon-b", ttl_s=2.0)
     assert store.acquire_ingest_lease(a) and not store.acquire_ingest_lease(b)
     assert store.acquire_ingest_lease(a)  # renewal
     store.ingest([item("t1", offset=0)], GROUP, {(TOPIC, 0): 1}, (), a)
     with pytest.raises(IngestLeaseLost):
         store.ingest([item("t2", offset=1)], GROUP, {(TOPIC, 0): 2}, (), b)
     assert not store.has_trajectory("t2") and store.positions(GROUP) == {(TOPIC, 0): 1}
-    time.sleep(0.6)  # a paused holder: its lease runs out, another takes it
+    time.sleep(2.2)  # a paused holder: its lease runs out, another takes it
     assert store.acquire_ingest_lease(b) and store.holds_ingest_lease(b)
     with pytest.raises(IngestLeaseLost):
         store.ingest([item("t3", offset=1)], GROUP, {(TOPIC, 0): 2}, (), a)

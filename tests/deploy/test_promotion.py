@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from deploy_rig import Rig, make_patch
 
+from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.promotion import Promoter, Promotion
 from harness_r1.deploy.registry import OverlayState
 
@@ -46,7 +47,9 @@ def test_a_promotion_is_registered_with_its_lineage_and_released_to_a_reachable_
     released = rig.registry.events(overlay_id)[-1]
     assert released.actor == "daemon"
     assert released.reason == "gate promoted batch-1-c2: delta +0.250 on batch batch-1"
-    assert 0.01 < released.evidence["rollout_fraction"] < 1.0  # 1% of 4 agents: nobody
+    fraction = released.evidence["rollout_fraction"]
+    reached = [agent for agent in AGENTS if in_cohort(agent, overlay_id, fraction)]
+    assert 1 <= len(reached) < len(AGENTS), (fraction, reached)  # 1% alone: usually nobody
 
 
 def test_a_retried_batch_reuses_its_overlay(rig: Rig) -> None:
