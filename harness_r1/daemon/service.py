@@ -152,6 +152,28 @@ class PartitionProgress:
         return lines
 
 
+class LogEnds:
+    """The highest end of each partition's log this process has seen, for the lag gauge.
+
+    Why remember: a reader reopened after a store failure knows only the broker's ListOffsets
+    answer until its first fetch, and tansu answers that with the base offset of the last
+    record batch (see BroadcastReader.end_offsets). Ingest stuck on the store reopens its
+    reader after every failed batch, so lag read from the reader alone reported the end as
+    of a batch ago: 15 records waiting where 50 were, exactly while lag matters most. A log's
+    end only grows (retention removes records from its front), so the highest seen is the
+    best known; a topic deleted and created again reads high until the daemon restarts."""
+
+    def __init__(self) -> None:
+        self._ends: dict[str, int] = {}
+
+    def lag(self, ends: dict[str, int], positions: dict[str, int]) -> dict[str, int]:
+        """Records behind per "topic:partition" in `ends` (what the broker answered now),
+        from the highest end seen and the reader's next offsets (absent: from 0)."""
+        for key, end in ends.items():
+            self._ends[key] = max(self._ends.get(key, 0), end)
+        return {key: max(0, self._ends[key] - positions.get(key, 0)) for key in ends}
+
+
 class Daemon:
     def __init__(
         self,
@@ -183,6 +205,7 @@ class Daemon:
         self._store_ok = True
         self._store_error: str | None = None
         self._progress = PartitionProgress(self.config.stuck_after_s)
+        self._log_ends = LogEnds()
         self._standby = False
         self._reopen_requested = threading.Event()
         self.instance = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -375,8 +398,8 @@ class Daemon:
         applied by whichever daemon's control follower read it) restarts the reader there.
         Never raises: a failure here is logged and tried again next time."""
         try:
-            lag = ingest.reader.partition_lag()
             reader = ingest.reader.positions()
+            lag = self._log_ends.lag(ingest.reader.end_offsets(), reader)
             if lag:  # {}: the broker did not answer; keep the last known values
                 self.sink.lag(lag)
                 self._progress.observe(reader, lag, time.monotonic())

@@ -1,6 +1,7 @@
 """Ingest's decisions that need neither a broker nor a store: why a record is unreadable (the
 reason code and the detail an operator reads on its dead letter), what the store could not hold,
-which store errors are a record's fault, and where the group resumes after a batch."""
+which store errors are a record's fault, where the group resumes after a batch, and how far
+behind it is."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from harness_r1.daemon.ingest import (
     next_positions,
     parse_trajectory,
 )
+from harness_r1.daemon.service import LogEnds
 
 
 def trajectory() -> Trajectory:
@@ -224,3 +226,13 @@ def test_the_next_positions_are_one_past_the_highest_offset_of_each_partition() 
 def test_a_store_error_is_quoted_by_its_first_line_and_300_characters_at_most() -> None:
     assert _short(ValueError("x" * 400 + "\n[SQL: INSERT ...]")) == "ValueError: " + "x" * 288
     assert _short(KeyError("k")) == "KeyError: 'k'"
+
+
+def test_lag_counts_from_the_highest_log_end_seen() -> None:
+    """A reopened reader's first answer (tansu's ListOffsets: the base offset of the last
+    batch) is lower than the end an earlier reader fetched: the lag keeps the higher one."""
+    ends = LogEnds()
+    assert ends.lag({"t:0": 50, "t:1": 4}, {"t:0": 0, "t:1": 4}) == {"t:0": 50, "t:1": 0}
+    assert ends.lag({"t:0": 15}, {}) == {"t:0": 50}  # reopened: knows only a batch's base
+    assert ends.lag({"t:0": 60}, {"t:0": 20}) == {"t:0": 40}
+    assert ends.lag({}, {"t:0": 20}) == {}  # the broker did not answer: nothing to report
