@@ -1,6 +1,8 @@
 """Ctrl-C or SIGTERM stops the demo and everything it started (the broker, the daemon's
-threads, the hook workers) within 5 s, even while the canary runs. The demo runs in its own
-process with the named stand-ins of daemon_rig.py, slowed down so that it is mid-canary."""
+threads, the hook workers) within 5 s, while the canary runs or while the fleet plays. The demo
+runs in its own process with the named stand-ins of daemon_rig.py, slowed down so that it is
+mid-canary or mid-phase when the signal comes. A demo that does not stop has its threads'
+stacks dumped (faulthandler, SIGUSR1) into the failure message."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.integration
 RIG = Path(__file__).parent
 
 SCRIPT = """
-import sys, time
+import faulthandler, signal, sys, time
 from pathlib import Path
 from rich.console import Console
 
@@ -37,6 +39,8 @@ def canary(env, progress):
     return runner
 
 out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+faulthandler.register(signal.SIGUSR1, file=open(out / "stacks.txt", "w"), all_threads=True)
 options = DemoOptions(agents=2, episodes_per_agent=2, k=2, guard_tasks=2, out=out)
 parts = DemoParts(policy=policy, canary_for=canary, proposer=StagedEngineer())
 run_demo(options, data_root(), out / "cache", Console(width=160), parts)
@@ -64,9 +68,30 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+#: after which line of the demo's output, and how long after it, the signal comes
+MID_CANARY = ("succeeded", 2.0)  # the fleet's first phase ended, the canary runs
+MID_PHASE = ("metrics on", 1.5)  # the daemon is up, the fleet's first phase plays
+
+
+def _stacks(demo: subprocess.Popen[str], run: Path) -> str:
+    """The stuck demo's threads, from its faulthandler (before it is killed)."""
+    demo.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    path = run / "stacks.txt"
+    return path.read_text() if path.exists() else "(no stacks written)"
+
+
+@pytest.mark.parametrize(
+    ("signum", "moment"),
+    [
+        (signal.SIGINT, MID_CANARY),
+        (signal.SIGTERM, MID_CANARY),
+        (signal.SIGINT, MID_PHASE),
+    ],
+    ids=["sigint-mid-canary", "sigterm-mid-canary", "sigint-mid-phase"],
+)
 def test_a_signal_stops_the_demo_and_its_children_within_5_s(
-    tmp_path: Path, signum: signal.Signals
+    tmp_path: Path, signum: signal.Signals, moment: tuple[str, float]
 ) -> None:
     script = tmp_path / "demo.py"
     script.write_text(SCRIPT)
@@ -80,11 +105,12 @@ def test_a_signal_stops_the_demo_and_its_children_within_5_s(
     )
     assert demo.stdout is not None
     lines = []
-    for line in demo.stdout:  # the fleet's first phase ends, then the canary starts
+    marker, wait_s = moment
+    for line in demo.stdout:
         lines.append(line)
-        if "succeeded" in line:
+        if marker in line:
             break
-    time.sleep(2.0)
+    time.sleep(wait_s)
     children = _descendants(demo.pid)
     assert children, "the broker and the hook workers run as child processes"
     sent = time.monotonic()
@@ -92,8 +118,9 @@ def test_a_signal_stops_the_demo_and_its_children_within_5_s(
     try:
         demo.wait(timeout=10)
     except subprocess.TimeoutExpired:
+        stacks = _stacks(demo, tmp_path / "run")
         demo.kill()
-        raise
+        pytest.fail(f"still running 10 s after the signal; its threads:\n{stacks}")
     took = time.monotonic() - sent
     assert took < 5.0, f"stopped after {took:.1f} s:\n{''.join(lines)}{demo.stdout.read()}"
     deadline = time.monotonic() + 2.0

@@ -66,9 +66,18 @@ class Fleet:
             finally:
                 self.target.leave()
 
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent") as pool:
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent")
+        try:
             futures = [pool.submit(run, i) for i in range(n)]
             return [t for future in futures for t in future.result()]
+        except BaseException:
+            # Ctrl-C or SIGTERM mid-phase (or an agent failed): the agents stop at their next
+            # model call. A `with` pool would wait for every agent's whole share first, and
+            # the interpreter joins pool threads at exit: the demo outlived its 5 s to stop.
+            self.target.stop()
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def wait_until(
         self, check: Callable[[dict[str, str]], bool], timeout_s: float, tick_s: float = 0.05
@@ -82,6 +91,7 @@ class Fleet:
         return None
 
     def close(self) -> None:
+        self.target.stop()  # an agent thread still playing ends at its next model call
         for agent in self.agents:
             agent.client.close()
             agent.runtime.close()

@@ -5,7 +5,9 @@ their calls one after another would each decode a batch of one or two rows. `Sha
 gathers the calls that arrive together (all active callers, or whatever arrived within
 `window_s`) into one `generate` on the wrapped policy, whose lockstep decode then serves every
 row at once, and hands each caller its own answers in order. A failure of the batched call is
-raised in every caller of that batch.
+raised in every caller of that batch. `stop()` ends it for every caller at once: a waiting or
+later call raises `PolicyStopped` (what lets a fleet of agent threads end within one model call
+when the demo is interrupted, instead of playing their share of the phase to the end).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harness_r1.harness.policies.base import Generation, GenerationRequest, Policy
+
+
+class PolicyStopped(RuntimeError):
+    """The shared policy was stopped: no more calls are served."""
 
 
 @dataclass
@@ -31,6 +37,7 @@ class _State:
     waiting: list[_Ticket] = field(default_factory=list)
     busy: bool = False
     callers: int = 1
+    stopped: bool = False
 
 
 class SharedPolicy:
@@ -57,6 +64,13 @@ class SharedPolicy:
             self._state.callers = max(1, self._state.callers - 1)
             self._cond.notify_all()
 
+    def stop(self) -> None:
+        """Serve no more calls: waiting and later callers raise `PolicyStopped` (a batch
+        already in the model finishes and is handed out)."""
+        with self._cond:
+            self._state.stopped = True
+            self._cond.notify_all()
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         ticket = _Ticket(list(requests))
         batch = self._join(ticket)
@@ -75,6 +89,10 @@ class SharedPolicy:
             state.waiting.append(ticket)
             self._cond.notify_all()
             while not ticket.done:
+                if state.stopped:
+                    if ticket in state.waiting:
+                        state.waiting.remove(ticket)
+                    raise PolicyStopped("the shared policy was stopped")
                 left = deadline - time.monotonic()
                 if not state.busy and (len(state.waiting) >= state.callers or left <= 0):
                     batch, state.waiting = state.waiting, []

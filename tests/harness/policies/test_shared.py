@@ -1,16 +1,17 @@
 """SharedPolicy: concurrent callers' requests go out as one batch and come back to their own
-caller, in order; a failure reaches every caller of the batch."""
+caller, in order; a failure reaches every caller of the batch; a stop ends every caller."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
 
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import ChatMessage, GenerationRequest
-from harness_r1.harness.policies.shared import SharedPolicy
+from harness_r1.harness.policies.shared import PolicyStopped, SharedPolicy
 
 
 def _echo(messages: Sequence[ChatMessage]) -> str:
@@ -80,3 +81,30 @@ def test_a_failed_batch_fails_every_caller_in_it() -> None:
     assert [str(e) for e in errors] == ["backend down", "backend down"]
     with pytest.raises(RuntimeError):
         shared.generate([_request("y")])  # and the next call still gets through
+
+
+def test_a_stop_ends_waiting_and_later_callers_at_once() -> None:
+    """A caller waiting for the others of its batch (a long window, 3 callers expected) and a
+    caller arriving after the stop both raise PolicyStopped within a fraction of a second."""
+    inner = ScriptedPolicy(_echo)
+    shared = SharedPolicy(inner, window_s=60.0)
+    shared.callers(3)
+    outcome: list[str] = []
+
+    def caller() -> None:
+        try:
+            shared.generate([_request("x")])
+            outcome.append("served")
+        except PolicyStopped:
+            outcome.append("stopped")
+
+    waiting = threading.Thread(target=caller)
+    waiting.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    shared.stop()
+    waiting.join(timeout=5)
+    assert time.monotonic() - started < 1.0 and outcome == ["stopped"]
+    with pytest.raises(PolicyStopped):
+        shared.generate([_request("y")])
+    assert inner.calls == 0
