@@ -431,12 +431,11 @@ def sft_version(out: Path) -> Path | None:
         if read_metadata(version).get("kind") == "sft"
         and read_metadata(version).get("dataset", {}).get("sha256") == sha
     ]
-    if local:
-        return max(reversed(local), key=sft_steps)  # the most trained; of equals, the latest
     digest = COMMITTED_SFT / "rows-digest.txt"
     if digest.exists() and digest.read_text().strip() == rows_digest(dataset):
-        return COMMITTED_SFT
-    return None
+        local.insert(0, COMMITTED_SFT)  # a local run no more trained than it loses to it
+    # the most trained; of equals the latest (list_versions is oldest first)
+    return max(reversed(local), key=sft_steps) if local else None
 
 
 def sft_steps(version: Path) -> int:
@@ -450,6 +449,14 @@ def sft_steps(version: Path) -> int:
         return int(meta["steps_total"])
     parent = meta.get("parent_path")
     return int(meta.get("steps", 0)) + (sft_steps(Path(parent)) if parent else 0)
+
+
+def parent_steps(version: Path) -> int:
+    """Steps of the adapter `version`'s run continued from (0: a fresh LoRA)."""
+    from harness_r1.trainer.versions import read_metadata
+
+    parent = read_metadata(version).get("parent_path")
+    return sft_steps(Path(parent)) if parent else 0
 
 
 def sft_steps_planned(dataset: Path) -> int:
@@ -484,9 +491,15 @@ def snapshot(version: Path, out: Path) -> Path:
     when the continued one is committed, and a parent must stay what it was."""
     import shutil
 
-    copy = out / "sft-parents" / f"steps-{sft_steps(version):04d}"
-    if not copy.exists():
-        shutil.copytree(version, copy)
+    from harness_r1.trainer.model_io import file_sha256
+
+    weights = file_sha256(version / "adapter_model.safetensors")[:12]
+    copy = out / "sft-parents" / f"steps-{sft_steps(version):04d}-{weights}"
+    if not copy.exists():  # copied whole, then renamed: never a half copy
+        staging = copy.with_name(copy.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(version, staging)
+        staging.rename(copy)
     return copy
 
 
@@ -553,9 +566,7 @@ def stage_sft_curve(envs: list[str], out: Path, log: Path) -> list[dict[str, Any
 
     version = stage_sft(envs, out, log)
     parent = read_metadata(version).get("parent_path")
-    start: tuple[int, Path | None] = (
-        (0, None) if not parent else (sft_steps(Path(parent)), Path(parent))
-    )
+    start: tuple[int, Path | None] = (parent_steps(version), Path(parent) if parent else None)
     points: list[tuple[int, Path | None]] = [
         start,
         *((start[0] + step, path) for step, path in checkpoints(version)),
@@ -622,7 +633,8 @@ def plot_sft(curve: list[dict[str, Any]], version: Path, path: Path) -> None:
     left.set_title("Held-out proposals that would run (95% interval)")
     left.legend(fontsize=8)
     log = training_log(version)
-    right.plot([row["step"] for row in log], [row["loss"] for row in log], linewidth=0.8)
+    offset = parent_steps(version)  # a run continued from an adapter counts from its steps
+    right.plot([offset + row["step"] for row in log], [row["loss"] for row in log], linewidth=0.8)
     right.set(xlabel="SFT step", ylabel="training loss (completion tokens)")
     right.set_title("SFT loss")
     fig.tight_layout()
@@ -912,10 +924,12 @@ def run_sft(envs: list[str], out: Path, log: Path) -> None:
 
 
 def commit_curve(curve: list[dict[str, Any]]) -> None:
-    """The curve's points into the repository (counts only), merged by step with the points of
-    earlier sessions (a step measured again replaces its point: the latest host's numbers)."""
+    """The curve's points into the repository (counts only), after the points of earlier
+    sessions up to where this curve starts (its run continued from there: later points of
+    theirs belong to another run)."""
     path = COMMITTED / "results-sft-curve.json"
-    points = {p["step"]: p for p in (json.loads(path.read_text()) if path.exists() else [])}
+    earlier = json.loads(path.read_text()) if path.exists() else []
+    points = {p["step"]: p for p in earlier if p["step"] < curve[0]["step"]}
     points.update({p["step"]: p for p in curve})
     path.write_text(json.dumps([points[k] for k in sorted(points)], indent=2) + "\n")
 

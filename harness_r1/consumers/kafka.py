@@ -631,6 +631,18 @@ class BroadcastReader:
             ends[position_key(tp.topic, tp.partition)] = end
         return ends
 
+    def fetched_ends(self) -> dict[str, int]:
+        """The exact end (high watermark) per "topic:partition" from this reader's last fetch
+        responses; partitions not fetched yet are absent."""
+        if self._consumer is None:
+            return {}
+        ends: dict[str, int] = {}
+        for tp in sorted(self._assigned):
+            fetched = self._consumer.highwater(tp)
+            if fetched is not None:
+                ends[position_key(tp.topic, tp.partition)] = int(fetched)
+        return ends
+
     def partition_lag(self, timeout_ms: int | None = None) -> dict[str, int]:
         """Records behind the end of the log per "topic:partition" ({} when the broker is
         away): the end (see `end_offsets`) minus the next offset this reader will return."""

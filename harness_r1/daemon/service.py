@@ -153,24 +153,31 @@ class PartitionProgress:
 
 
 class LogEnds:
-    """The highest end of each partition's log this process has seen, for the lag gauge.
+    """The end of each partition's log as best known, for the lag gauge.
 
     Why remember: a reader reopened after a store failure knows only the broker's ListOffsets
     answer until its first fetch, and tansu answers that with the base offset of the last
     record batch (see BroadcastReader.end_offsets). Ingest stuck on the store reopens its
     reader after every failed batch, so lag read from the reader alone reported the end as
-    of a batch ago: 15 records waiting where 50 were, exactly while lag matters most. A log's
-    end only grows (retention removes records from its front), so the highest seen is the
-    best known; a topic deleted and created again reads high until the daemon restarts."""
+    of a batch ago: 15 records waiting where 50 were, exactly while lag matters most. So an
+    end known only from ListOffsets never lowers what was seen; an end from a fetch response
+    is exact and replaces it, lower or not (a broker on `memory://` comes back empty after a
+    restart: its log starts again from 0)."""
 
     def __init__(self) -> None:
         self._ends: dict[str, int] = {}
 
-    def lag(self, ends: dict[str, int], positions: dict[str, int]) -> dict[str, int]:
+    def lag(
+        self, ends: dict[str, int], exact: dict[str, int], positions: dict[str, int]
+    ) -> dict[str, int]:
         """Records behind per "topic:partition" in `ends` (what the broker answered now),
-        from the highest end seen and the reader's next offsets (absent: from 0)."""
+        `exact` the ends the reader's fetches reported, `positions` its next offsets (absent:
+        from 0)."""
         for key, end in ends.items():
-            self._ends[key] = max(self._ends.get(key, 0), end)
+            if key in exact:
+                self._ends[key] = max(exact[key], end)
+            else:
+                self._ends[key] = max(self._ends.get(key, 0), end)
         return {key: max(0, self._ends[key] - positions.get(key, 0)) for key in ends}
 
 
@@ -399,7 +406,8 @@ class Daemon:
         Never raises: a failure here is logged and tried again next time."""
         try:
             reader = ingest.reader.positions()
-            lag = self._log_ends.lag(ingest.reader.end_offsets(), reader)
+            ends = ingest.reader.end_offsets()
+            lag = self._log_ends.lag(ends, ingest.reader.fetched_ends(), reader)
             if lag:  # {}: the broker did not answer; keep the last known values
                 self.sink.lag(lag)
                 self._progress.observe(reader, lag, time.monotonic())

@@ -28,7 +28,11 @@ from daemon_rig import JUNK, StagedEngineer, canary_with_progress, data_root
 from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
 from harness_r1.harness.policies import ScriptedPolicy
 
+calls = []
 def slow(messages):
+    if not calls:  # the fleet's first phase plays before any canary
+        print("fleet generating", flush=True)
+    calls.append(1)
     time.sleep(0.2)
     return JUNK
 
@@ -70,7 +74,7 @@ def _alive(pid: int) -> bool:
 
 #: after which line of the demo's output, and how long after it, the signal comes
 MID_CANARY = ("succeeded", 2.0)  # the fleet's first phase ended, the canary runs
-MID_PHASE = ("metrics on", 1.5)  # the daemon is up, the fleet's first phase plays
+MID_PHASE = ("fleet generating", 1.0)  # the fleet's first phase plays
 
 
 def _stacks(demo: subprocess.Popen[str], run: Path) -> str:

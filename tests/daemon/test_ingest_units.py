@@ -230,9 +230,14 @@ def test_a_store_error_is_quoted_by_its_first_line_and_300_characters_at_most() 
 
 def test_lag_counts_from_the_highest_log_end_seen() -> None:
     """A reopened reader's first answer (tansu's ListOffsets: the base offset of the last
-    batch) is lower than the end an earlier reader fetched: the lag keeps the higher one."""
+    batch) is lower than the end an earlier reader fetched: the lag keeps the higher one.
+    A fetch's end is exact and replaces it, lower or not (a broker restarted empty)."""
     ends = LogEnds()
-    assert ends.lag({"t:0": 50, "t:1": 4}, {"t:0": 0, "t:1": 4}) == {"t:0": 50, "t:1": 0}
-    assert ends.lag({"t:0": 15}, {}) == {"t:0": 50}  # reopened: knows only a batch's base
-    assert ends.lag({"t:0": 60}, {"t:0": 20}) == {"t:0": 40}
-    assert ends.lag({}, {"t:0": 20}) == {}  # the broker did not answer: nothing to report
+    assert ends.lag({"t:0": 50, "t:1": 4}, {"t:0": 50}, {"t:0": 0, "t:1": 4}) == {
+        "t:0": 50,
+        "t:1": 0,
+    }
+    assert ends.lag({"t:0": 15}, {}, {}) == {"t:0": 50}  # reopened: knows only a batch's base
+    assert ends.lag({"t:0": 60}, {}, {"t:0": 20}) == {"t:0": 40}
+    assert ends.lag({}, {}, {"t:0": 20}) == {}  # the broker did not answer: nothing to report
+    assert ends.lag({"t:0": 3}, {"t:0": 3}, {"t:0": 1}) == {"t:0": 2}  # a log begun again

@@ -65,8 +65,9 @@ class SharedPolicy:
             self._cond.notify_all()
 
     def stop(self) -> None:
-        """Serve no more calls: waiting and later callers raise `PolicyStopped` (a batch
-        already in the model finishes and is handed out)."""
+        """Serve no more calls: waiting and later callers raise `PolicyStopped`, those of a
+        batch already in the model too (its leader finishes the call; the answers are
+        dropped)."""
         with self._cond:
             self._state.stopped = True
             self._cond.notify_all()
