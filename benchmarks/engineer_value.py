@@ -543,17 +543,32 @@ def checkpoints(version: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def validity(env: str, adapter: Path | None, name: str, out: Path, log: Path) -> dict[str, Any]:
+def validity(
+    env: str,
+    adapter: Path | None,
+    name: str,
+    out: Path,
+    log: Path,
+    temperature: float | None = None,
+    packets: int = CURVE_PACKETS,
+) -> dict[str, Any]:
     """One engineer's validity on the env's held-out packets (no canary: parse, static checks,
-    composition onto the incumbent), CURVE_PACKETS packets x K, the curve's fixed sampling."""
-    path = out / "sft-curve" / f"{env}-{name}.json"
+    composition onto the incumbent), `packets` packets x K, the curve's fixed sampling (or
+    another temperature: the sampling sweep)."""
+    sampling = list(ENGINEER_SAMPLING)
+    folder = "sft-curve"
+    if temperature is not None:
+        sampling[sampling.index("--temperature") + 1] = str(temperature)
+        folder = "sampling"
+        name = f"{name}-t{temperature}-p{packets}"
+    path = out / folder / f"{env}-{name}.json"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         extra = [] if adapter is None else ["--adapter", str(adapter)]
         run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
              "--split", SPLITS[env][1], *extra, "--validity-only", "--lean-prompt",
              *incumbent_on(env, out), "-k", str(K), "--batch-size", str(BATCH),
-             "--limit-packets", str(CURVE_PACKETS), *ENGINEER_SAMPLING,
+             "--limit-packets", str(packets), *sampling,
              "--out", str(path)], log)  # fmt: skip
     summary: dict[str, Any] = json.loads(path.read_text())["summary"]
     return summary
@@ -1040,8 +1055,35 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
 
 
 STAGES = (
-    "baselines", "coldstart", "sft", "grpo", "engineers", "ablation", "transfer", "coevolution"
+    "baselines", "coldstart", "sft", "sampling", "grpo", "engineers", "ablation", "transfer",
+    "coevolution",
 )  # fmt: skip
+#: the sampling sweep (stage "sampling"): the SFT engineer's held-out validity per temperature
+SWEEP_TEMPERATURES = (0.0, 0.2, 0.5)
+
+
+def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
+    """The SFT engineer's held-out validity at each of SWEEP_TEMPERATURES (`packets` per env,
+    K each): does sampling, not training, hold validity back? Pooled with Wilson 95%."""
+    version = sft_version(out)
+    assert version is not None, "stage 4 (SFT) first"
+    rows = []
+    for temperature in SWEEP_TEMPERATURES:
+        per_env = {
+            env: validity(env, version, "sft", out, log, temperature, packets) for env in envs
+        }
+        valid = sum(summary["valid"] for summary in per_env.values())
+        proposals = sum(summary["proposals"] for summary in per_env.values())
+        low, high = wilson_interval(valid, proposals)
+        rows.append({"temperature": temperature, "valid": valid, "proposals": proposals,
+                     "ci": [low, high], "steps": sft_steps(version),
+                     "per_env": {env: {k: s[k] for k in ("valid", "proposals", "rejected")}
+                                 for env, s in per_env.items()}})  # fmt: skip
+        each = ", ".join(f"{env} {s['valid']}/{s['proposals']}" for env, s in per_env.items())
+        print(f"temperature {temperature}: {valid}/{proposals} [{low:.0%}, {high:.0%}] {each}")
+    name = f"results-sampling-p{packets}.json"
+    (out / name).write_text(json.dumps(rows, indent=2) + "\n")
+    (COMMITTED / name).write_text(json.dumps(rows, indent=2) + "\n")
 
 
 def main() -> None:
@@ -1061,6 +1103,12 @@ def main() -> None:
         default=",".join(ENGINEERS),
         help="The engineers stage's rows, a subset of: " + ", ".join(ENGINEERS),
     )
+    parser.add_argument(
+        "--sampling-packets",
+        type=int,
+        default=CURVE_PACKETS,
+        help="The sampling stage's held-out packets per env.",
+    )
     args = parser.parse_args()
     stages = list(STAGES) if args.stages == "all" else args.stages.split(",")
     unknown = sorted(set(stages) - set(STAGES))
@@ -1076,6 +1124,8 @@ def main() -> None:
             run_coldstart(envs, args.out, log)
         elif stage == "sft":
             run_sft(envs, args.out, log)
+        elif stage == "sampling":
+            run_sampling(envs, args.out, log, args.sampling_packets)
         elif stage == "grpo":
             print(f"GRPO engineer: {stage_grpo(envs, args.out, log)}")
         elif stage == "ablation":
