@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -425,12 +426,11 @@ def sft_version(out: Path) -> Path | None:
 
     dataset = out / "engineer-coldstart.jsonl"
     sha = file_sha256(dataset)
-    local = [
-        version
-        for version in list_versions(out / "engineer")
-        if read_metadata(version).get("kind") == "sft"
-        and read_metadata(version).get("dataset", {}).get("sha256") == sha
-    ]
+    local = []
+    for version in list_versions(out / "engineer"):
+        meta = read_metadata(version)
+        if meta.get("kind") == "sft" and meta.get("dataset", {}).get("sha256") == sha:
+            local.append(version)
     digest = COMMITTED_SFT / "rows-digest.txt"
     if digest.exists() and digest.read_text().strip() == rows_digest(dataset):
         local.insert(0, COMMITTED_SFT)  # a local run no more trained than it loses to it
@@ -475,31 +475,40 @@ def commit_sft(version: Path, dataset: Path) -> None:
     if version == COMMITTED_SFT:
         return
     total = sft_steps(version)
-    staging = COMMITTED_SFT.with_name(COMMITTED_SFT.name + ".new")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(version, staging)
-    meta = json.loads((staging / "metadata.json").read_text())
-    meta["steps_total"] = total
-    (staging / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    (staging / "rows-digest.txt").write_text(rows_digest(dataset) + "\n")
+
+    def note_lineage(copy: Path) -> None:
+        meta = json.loads((copy / "metadata.json").read_text())
+        meta["steps_total"] = total
+        (copy / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        (copy / "rows-digest.txt").write_text(rows_digest(dataset) + "\n")
+
     shutil.rmtree(COMMITTED_SFT, ignore_errors=True)
-    staging.rename(COMMITTED_SFT)
+    copy_whole(version, COMMITTED_SFT, note_lineage)
+
+
+def copy_whole(source: Path, dest: Path, prepare: Callable[[Path], None] | None = None) -> None:
+    """Copy `source` to `dest` through a staging folder, `prepare(staging)` before the rename:
+    `dest` is never a half copy."""
+    import shutil
+
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    if prepare is not None:
+        prepare(staging)
+    staging.rename(dest)
 
 
 def snapshot(version: Path, out: Path) -> Path:
     """A copy of `version` under DIR to continue from: the committed engineer is replaced
     when the continued one is committed, and a parent must stay what it was."""
-    import shutil
-
     from harness_r1.trainer.model_io import file_sha256
 
     weights = file_sha256(version / "adapter_model.safetensors")[:12]
     copy = out / "sft-parents" / f"steps-{sft_steps(version):04d}-{weights}"
-    if not copy.exists():  # copied whole, then renamed: never a half copy
-        staging = copy.with_name(copy.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(version, staging)
-        staging.rename(copy)
+    if not copy.exists():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy_whole(version, copy)
     return copy
 
 
@@ -526,7 +535,7 @@ def stage_sft(envs: list[str], out: Path, log: Path) -> Path:
         meta = read_metadata(version)
         parent = Path(meta["parent_path"]) if meta.get("parent_path") else None
         if version != COMMITTED_SFT and Path(meta["run_dir"]).is_dir():  # extend its run
-            run(sft_command(out, parent, planned - (sft_steps(parent) if parent else 0)), log)
+            run(sft_command(out, parent, planned - parent_steps(version)), log)
         else:
             run(sft_command(out, snapshot(version, out), planned - sft_steps(version)), log)
     version = sft_version(out)
@@ -589,32 +598,24 @@ def stage_sft_curve(envs: list[str], out: Path, log: Path) -> list[dict[str, Any
     curve = []
     for step, adapter in points:
         per_env = {env: validity(env, adapter, f"step{step:04d}", out, log) for env in envs}
-        valid = sum(s["valid"] for s in per_env.values())
-        proposals = sum(s["proposals"] for s in per_env.values())
-        low, high = wilson_interval(valid, proposals)
-        curve.append(
-            {
-                "step": step,
-                "valid": valid,
-                "proposals": proposals,
-                "valid_fraction": valid / proposals if proposals else None,
-                "ci": [low, high],
-                "per_env": {
-                    env: {
-                        k: s[k]
-                        for k in (
-                            "valid",
-                            "proposals",
-                            "rejected",
-                            "generated_tokens",
-                            "generate_seconds",
-                        )
-                    }  # fmt: skip
-                    for env, s in per_env.items()
-                },
-            }
-        )
+        curve.append({"step": step, **pooled_validity(per_env)})
     return curve
+
+
+def pooled_validity(per_env: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Valid proposals pooled over the envs' `validity()` summaries, with the Wilson 95%
+    interval, and each env's counts."""
+    keys = ("valid", "proposals", "rejected", "generated_tokens", "generate_seconds")
+    valid = sum(s["valid"] for s in per_env.values())
+    proposals = sum(s["proposals"] for s in per_env.values())
+    low, high = wilson_interval(valid, proposals)
+    return {
+        "valid": valid,
+        "proposals": proposals,
+        "valid_fraction": valid / proposals if proposals else None,
+        "ci": [low, high],
+        "per_env": {env: {k: s[k] for k in keys} for env, s in per_env.items()},
+    }
 
 
 def training_log(version: Path) -> list[dict[str, Any]]:
@@ -1072,15 +1073,12 @@ def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
         per_env = {
             env: validity(env, version, "sft", out, log, temperature, packets) for env in envs
         }
-        valid = sum(summary["valid"] for summary in per_env.values())
-        proposals = sum(summary["proposals"] for summary in per_env.values())
-        low, high = wilson_interval(valid, proposals)
-        rows.append({"temperature": temperature, "valid": valid, "proposals": proposals,
-                     "ci": [low, high], "steps": sft_steps(version),
-                     "per_env": {env: {k: s[k] for k in ("valid", "proposals", "rejected")}
-                                 for env, s in per_env.items()}})  # fmt: skip
+        row = {"temperature": temperature, "steps": sft_steps(version), **pooled_validity(per_env)}
+        rows.append(row)
+        low, high = row["ci"]
         each = ", ".join(f"{env} {s['valid']}/{s['proposals']}" for env, s in per_env.items())
-        print(f"temperature {temperature}: {valid}/{proposals} [{low:.0%}, {high:.0%}] {each}")
+        print(f"temperature {temperature}: {row['valid']}/{row['proposals']} "
+              f"[{low:.0%}, {high:.0%}] {each}")  # fmt: skip
     name = f"results-sampling-p{packets}.json"
     (out / name).write_text(json.dumps(rows, indent=2) + "\n")
     (COMMITTED / name).write_text(json.dumps(rows, indent=2) + "\n")

@@ -624,11 +624,11 @@ class BroadcastReader:
         except (KafkaError, OSError) as exc:
             self._failed(exc)
             return {}
+        fetched = self.fetched_ends()
         ends: dict[str, int] = {}
         for tp in partitions:
-            fetched = self._consumer.highwater(tp)
-            end = max(int(listed.get(tp) or 0), int(fetched or 0))
-            ends[position_key(tp.topic, tp.partition)] = end
+            key = position_key(tp.topic, tp.partition)
+            ends[key] = max(int(listed.get(tp) or 0), fetched.get(key, 0))
         return ends
 
     def fetched_ends(self) -> dict[str, int]:
@@ -642,24 +642,6 @@ class BroadcastReader:
             if fetched is not None:
                 ends[position_key(tp.topic, tp.partition)] = int(fetched)
         return ends
-
-    def partition_lag(self, timeout_ms: int | None = None) -> dict[str, int]:
-        """Records behind the end of the log per "topic:partition" ({} when the broker is
-        away): the end (see `end_offsets`) minus the next offset this reader will return."""
-        lag: dict[str, int] = {}
-        for key, end in self.end_offsets(timeout_ms).items():
-            topic, _, part = key.rpartition(":")
-            behind = end - self._next.get(TopicPartition(topic, int(part)), 0)
-            lag[key] = max(0, behind)
-        return lag
-
-    def lag(self, timeout_ms: int | None = None) -> dict[str, int]:
-        """Records behind the end of the log, per topic (empty when the broker is away)."""
-        lag: dict[str, int] = {}
-        for key, behind in self.partition_lag(timeout_ms).items():
-            topic = key.rpartition(":")[0]
-            lag[topic] = lag.get(topic, 0) + behind
-        return lag
 
     def _ok(self) -> None:
         self._connected = True

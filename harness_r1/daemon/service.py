@@ -173,11 +173,8 @@ class LogEnds:
         """Records behind per "topic:partition" in `ends` (what the broker answered now),
         `exact` the ends the reader's fetches reported, `positions` its next offsets (absent:
         from 0)."""
-        for key, end in ends.items():
-            if key in exact:
-                self._ends[key] = max(exact[key], end)
-            else:
-                self._ends[key] = max(self._ends.get(key, 0), end)
+        for key, end in ends.items():  # `ends` already holds the fetched end where known
+            self._ends[key] = end if key in exact else max(self._ends.get(key, 0), end)
         return {key: max(0, self._ends[key] - positions.get(key, 0)) for key in ends}
 
 
