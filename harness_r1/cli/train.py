@@ -199,6 +199,9 @@ grpo_app = command_group(
 )
 train_app.add_typer(grpo_app, name="grpo")
 
+#: `train grpo online` stopped at its time budget (EX_TEMPFAIL: run it again to continue)
+PAUSED_EXIT = 75
+
 Out = Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")]
 Adapter = Annotated[Path | None, typer.Option(help="The engineer version to improve.")]
 MaxSteps = Annotated[int, typer.Option(help="Optimizer steps.")]
@@ -246,6 +249,18 @@ def grpo_online(
     ] = False,
     lean_prompt: LeanPrompt = False,
     policy: TargetPolicy = "smollm2",
+    stop_after_minutes: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="Time budget: save a checkpoint and stop (exit 75, nothing published) before "
+            "overrunning it; the same command continues.",
+        ),
+    ] = None,
+    resume_from: Annotated[
+        Path | None,
+        typer.Option(help="A paused run's checkpoint (e.g. carried from another host)."),
+    ] = None,
 ) -> None:
     """Online GRPO: the engineer samples K patches per packet, the canary rewards each (on the
     target `--policy`).
@@ -275,16 +290,23 @@ def grpo_online(
         invalid_reward=invalid_reward,
         micro_batch=micro_batch,
         temperature=temperature,
+        stop_after_s=None if stop_after_minutes is None else stop_after_minutes * 60,
     )
+    from harness_r1.trainer.errors import TrainingPaused
     from harness_r1.trainer.prompt import PromptConfig
 
-    result = train_grpo_online(
-        canary_rows(found, config=PromptConfig(lean=lean_prompt)),
-        CanaryReward(resolver, invalid_reward=invalid_reward, graded=graded_invalid),
-        settings=grpo_settings,
-        adapter=adapter,
-        cache_dir=settings.cache,
-    )
+    try:
+        result = train_grpo_online(
+            canary_rows(found, config=PromptConfig(lean=lean_prompt)),
+            CanaryReward(resolver, invalid_reward=invalid_reward, graded=graded_invalid),
+            settings=grpo_settings,
+            adapter=adapter,
+            cache_dir=settings.cache,
+            resume_from=resume_from,
+        )
+    except TrainingPaused as paused:
+        typer.echo(f"paused {paused.checkpoint} step {paused.step} of {paused.max_steps}")
+        raise typer.Exit(PAUSED_EXIT) from None
     typer.echo(f"published {result.version_dir}")
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import structlog
 
 from harness_r1.trainer.canary_reward import describe_reward, reward_counts
-from harness_r1.trainer.errors import TrainingError
+from harness_r1.trainer.errors import TrainingError, TrainingPaused
 from harness_r1.trainer.model_io import (
     LLAMA_LORA_TARGETS,
     load_policy,
@@ -56,7 +56,10 @@ from harness_r1.trainer.runs import (
     check_common,
     finish_run,
     identity_settings,
+    last_checkpoint,
+    later_checkpoint,
     make_meter,
+    make_time_budget,
     run_key,
     run_metadata,
     save_adapter,
@@ -96,6 +99,10 @@ class GrpoSettings:
     lora_*: the adapter when training starts from the base model (a parent adapter keeps its own).
     seed, save_steps, save_total_limit, logging_steps, use_cpu, threads: as for SFT.
     shuffle: shuffle the prompt rows / groups [shuffle_dataset].
+    stop_after_s: a time budget for this invocation (None: none): the run saves a checkpoint
+        and stops at the end of a generation cycle before it would overrun it, publishes
+        nothing and raises `TrainingPaused`; the same call continues it (not part of the run's
+        identity).
     """
 
     output_root: Path = Path("artifacts")
@@ -125,6 +132,7 @@ class GrpoSettings:
     use_cpu: bool = True
     threads: int | None = None
     shuffle: bool = True
+    stop_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_iterations < 2:
@@ -158,6 +166,8 @@ class GrpoSettings:
             raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}")
         if self.max_completion_length < 1:
             raise ValueError("max_completion_length must be >= 1")
+        if self.stop_after_s is not None and self.stop_after_s <= 0:
+            raise ValueError(f"stop_after_s must be > 0, got {self.stop_after_s}")
         check_common(self)
 
     @property
@@ -300,7 +310,9 @@ class _Job:
 @dataclass(frozen=True)
 class _Start:
     """Where a run starts from and how it is driven: the base model, the settings, the
-    adapter to continue, the model cache, TRL callbacks and a GRPOTrainer subclass."""
+    adapter to continue, the model cache, TRL callbacks, a GRPOTrainer subclass and a
+    checkpoint of an earlier invocation to resume from (another host's: its run directory is
+    not here)."""
 
     base: str | Path
     settings: GrpoSettings
@@ -308,6 +320,7 @@ class _Start:
     cache_dir: Path | None
     callbacks: Sequence[Any]
     trainer_cls: type[Any] | None
+    resume_from: Path | None = None
 
 
 def _run(job: _Job, start: _Start) -> TrainResult:
@@ -327,6 +340,7 @@ def _run(job: _Job, start: _Start) -> TrainResult:
         }
     )
     run_dir, resume = select_run_dir(start.settings.output_root, job.kind, key, job.max_steps)
+    resume = later_checkpoint(resume, start.resume_from)
     log.info(
         f"{job.kind} run",
         run_dir=str(run_dir),
@@ -338,6 +352,10 @@ def _run(job: _Job, start: _Start) -> TrainResult:
     model, tokenizer, peft_config = load_policy(base_dir, start.settings, start.adapter)
     meter = make_meter()
     recorder = _Recorder(job.reward, start.settings.num_generations)
+    budget = start.settings.stop_after_s
+    callbacks = [meter, *start.callbacks]
+    if budget is not None:
+        callbacks.append(make_time_budget(budget, cycle=start.settings.num_iterations))
     cls = start.trainer_cls or GRPOTrainer
     with warnings.catch_warnings():
         # TRL flags rollout_func as experimental; we pin trl==1.16.0, whose API this follows.
@@ -349,10 +367,13 @@ def _run(job: _Job, start: _Start) -> TrainResult:
             train_dataset=Dataset.from_list(job.rows),
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[meter, *start.callbacks],
+            callbacks=callbacks,
             rollout_func=job.rollout,
         )
     output = trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+    step = int(trainer.state.global_step)
+    if step < job.max_steps:  # the time budget stopped it: checkpoint saved, nothing published
+        raise TrainingPaused(str(run_dir), str(last_checkpoint(run_dir)), step, job.max_steps)
     metadata = run_metadata(
         kind=job.kind,
         base_dir=base_dir,
@@ -386,11 +407,14 @@ def train_grpo_online(
     cache_dir: Path | None = None,
     callbacks: Sequence[Any] = (),
     trainer_cls: type[Any] | None = None,
+    resume_from: Path | None = None,
 ) -> TrainResult:
     """GRPO that samples: TRL draws K completions per row (`prompt`: messages) and scores them
     with `reward` (a `CanaryReward` in production; any TRL reward function works). `adapter`
     starts from a published version (the SFT one), which becomes the parent. `trainer_cls`: a
-    GRPOTrainer subclass (instrumentation)."""
+    GRPOTrainer subclass (instrumentation). `resume_from`: a checkpoint a paused run saved
+    (`TrainingPaused.checkpoint`), possibly on another host, to continue from (its optimizer,
+    scheduler, RNG and step); the run directory's own checkpoint wins when it is further."""
     settings = settings or GrpoSettings()
     if settings.max_steps <= 0:
         raise ValueError("online GRPO needs max_steps > 0")
@@ -416,7 +440,8 @@ def train_grpo_online(
             "reward_counts": reward_counts(reward),
         },
     )
-    return _run(job, _Start(base, settings, adapter, cache_dir, callbacks, trainer_cls))
+    start = _Start(base, settings, adapter, cache_dir, callbacks, trainer_cls, resume_from)
+    return _run(job, start)
 
 
 def replay_steps(groups: int, settings: GrpoSettings) -> int:

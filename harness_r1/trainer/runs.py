@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from harness_r1.trainer.errors import TrainingError
 from harness_r1.trainer.model_io import library_versions, model_fingerprint
 from harness_r1.trainer.versions import TrainResult, parent_version, write_json
 
@@ -33,6 +34,7 @@ NON_IDENTITY_SETTINGS = frozenset(
         "save_steps",
         "save_total_limit",
         "threads",
+        "stop_after_s",
     }
 )
 
@@ -101,6 +103,59 @@ def select_run_dir(root: Path, kind: str, key: str, max_steps: int) -> tuple[Pat
         if not finished:
             return run_dir, Path(last)
         attempt += 1
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The run directory's furthest checkpoint (None: it has none)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(run_dir)) if Path(run_dir).is_dir() else None
+    return None if last is None else Path(last)
+
+
+def later_checkpoint(own: Path | None, given: Path | None) -> Path | None:
+    """Of the run directory's own checkpoint and one `given` (saved elsewhere: a paused run
+    carried from another host), the one further along; `given` must be a checkpoint."""
+    if given is None:
+        return own
+    if not (Path(given) / "trainer_state.json").is_file():
+        raise TrainingError(f"{given} is not a checkpoint (no trainer_state.json)")
+    if own is not None and _checkpoint_step(own) >= _checkpoint_step(Path(given)):
+        return own
+    return Path(given)
+
+
+def make_time_budget(stop_after_s: float, cycle: int = 1) -> Any:
+    """A TrainerCallback that saves a checkpoint and stops the run before it would overrun
+    `stop_after_s` seconds of this invocation: at a step boundary that ends a cycle of `cycle`
+    steps (GRPO: `num_iterations`, so a resumed run starts on a fresh generation instead of a
+    half-used batch), once the time spent plus the longest cycle seen would pass the budget.
+    The first cycle always runs (nothing to estimate from)."""
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def __init__(self) -> None:
+            self.started = 0.0
+            self.cycle_started = 0.0
+            self.longest_cycle = 0.0
+            self.stopped_at: int | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.started = self.cycle_started = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step % cycle:
+                return
+            now = time.perf_counter()
+            self.longest_cycle = max(self.longest_cycle, now - self.cycle_started)
+            self.cycle_started = now
+            finished = state.global_step >= state.max_steps
+            if not finished and now - self.started + self.longest_cycle > stop_after_s:
+                control.should_save = True
+                control.should_training_stop = True
+                self.stopped_at = int(state.global_step)
+
+    return TimeBudget()
 
 
 def make_meter() -> Any:

@@ -37,7 +37,7 @@ from harness_r1.trainer.canary_reward import (
     reward_counts,
 )
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.errors import TrainingError
+from harness_r1.trainer.errors import TrainingError, TrainingPaused
 from harness_r1.trainer.grpo import (
     GrpoSettings,
     group_advantages,
@@ -390,6 +390,42 @@ def test_a_grpo_step_on_the_tiny_model_changes_the_lora_weights(
     assert metadata["settings"]["loss_type"] == "dapo" and metadata["tokens_per_s"] > 0
     assert metadata["reward"] == {"name": "spread"} and metadata["reward_counts"] == {}
     assert (result.version_dir / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.integration
+def test_a_grpo_run_paused_by_its_time_budget_continues_on_another_host(tmp_path: Path) -> None:
+    """The time budget saves a checkpoint at the end of the first generation cycle and
+    publishes nothing; a run elsewhere (another output root: no run directory of its own)
+    continues from that checkpoint to max_steps, on a fresh generation."""
+    import shutil
+
+    common = {
+        "num_generations": 4,
+        "num_iterations": 2,
+        "max_steps": 4,
+        "max_completion_length": 8,
+        "learning_rate": 1e-3,
+        **TINY,
+        "save_steps": 100,  # no step saves by itself: the checkpoint is the budget's
+    }
+    rows = [{"prompt": [{"role": "user", "content": "Patch it."}], "packet_id": "p1"}]
+    seen: list[int] = []
+
+    def spread(prompts: Any, completions: Any, **kw: Any) -> list[float]:
+        seen.append(len(completions))
+        return [float(i) for i in range(len(completions))]
+
+    here = GrpoSettings(output_root=tmp_path / "here", stop_after_s=1e-3, **common)
+    with pytest.raises(TrainingPaused) as paused:
+        train_grpo_online(rows, spread, settings=here)
+    assert paused.value.step == 2 and Path(paused.value.checkpoint).name == "checkpoint-2"
+    assert list_versions(tmp_path / "here") == [] and seen == [4]
+    carried = Path(shutil.copytree(paused.value.checkpoint, tmp_path / "carried"))
+    there = GrpoSettings(output_root=tmp_path / "there", **common)
+    result = train_grpo_online(rows, spread, settings=there, resume_from=carried)
+    metadata = read_metadata(result.version_dir)
+    assert (metadata["steps"], metadata["steps_this_run"]) == (4, 2)
+    assert metadata["resumed_from"] == "carried" and seen == [4, 4]
 
 
 @pytest.mark.integration
