@@ -113,6 +113,35 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return None if last is None else Path(last)
 
 
+#: what resuming needs of a checkpoint (the tokenizer and the arguments come from the command)
+RESUME_FILES = (
+    "adapter_model.safetensors",
+    "adapter_config.json",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "trainer_state.json",
+)
+
+
+def carry_checkpoint(checkpoint: Path, dest: Path) -> Path:
+    """`checkpoint`'s RESUME_FILES into `dest` (replaced whole: staged, then renamed), for a
+    run to continue on another host (`resume_from`). Returns `dest`."""
+    import shutil
+
+    missing = [name for name in RESUME_FILES if not (Path(checkpoint) / name).is_file()]
+    if missing:
+        raise TrainingError(f"{checkpoint} lacks {', '.join(missing)}: not a resumable checkpoint")
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in RESUME_FILES:
+        shutil.copy2(Path(checkpoint) / name, staging / name)
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    return dest
+
+
 def later_checkpoint(own: Path | None, given: Path | None) -> Path | None:
     """Of the run directory's own checkpoint and one `given` (saved elsewhere: a paused run
     carried from another host), the one further along; `given` must be a checkpoint."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness_r1.trainer.errors import TrainingError
-from harness_r1.trainer.runs import later_checkpoint, make_time_budget
+from harness_r1.trainer.runs import carry_checkpoint, later_checkpoint, make_time_budget
 
 
 def _checkpoint(folder: Path, step: int) -> Path:
@@ -76,3 +76,10 @@ def test_the_time_budget_never_stops_a_run_at_its_last_step_or_mid_cycle(
     budget = make_time_budget(stop_after_s=1.0, cycle=2)
     control = _drive(budget, steps=2, max_steps=2, step_seconds=10.0, clock=clock)
     assert not control.should_training_stop and budget.stopped_at is None  # the run is done
+
+
+def test_carrying_a_checkpoint_without_its_optimizer_is_refused(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path / "checkpoint-2", 2)
+    with pytest.raises(TrainingError, match="optimizer.pt"):
+        carry_checkpoint(checkpoint, tmp_path / "carried")
+    assert not (tmp_path / "carried").exists()

@@ -52,6 +52,7 @@ from harness_r1.trainer.replay import (
     replay_key,
     save_replay_groups,
 )
+from harness_r1.trainer.runs import RESUME_FILES, carry_checkpoint
 from harness_r1.trainer.sft import SftSettings, train_sft
 from harness_r1.trainer.versions import list_versions, publish_version, read_metadata
 
@@ -397,8 +398,6 @@ def test_a_grpo_run_paused_by_its_time_budget_continues_on_another_host(tmp_path
     """The time budget saves a checkpoint at the end of the first generation cycle and
     publishes nothing; a run elsewhere (another output root: no run directory of its own)
     continues from that checkpoint to max_steps, on a fresh generation."""
-    import shutil
-
     common = {
         "num_generations": 4,
         "num_iterations": 2,
@@ -420,7 +419,8 @@ def test_a_grpo_run_paused_by_its_time_budget_continues_on_another_host(tmp_path
         train_grpo_online(rows, spread, settings=here)
     assert paused.value.step == 2 and Path(paused.value.checkpoint).name == "checkpoint-2"
     assert list_versions(tmp_path / "here") == [] and seen == [4]
-    carried = Path(shutil.copytree(paused.value.checkpoint, tmp_path / "carried"))
+    carried = carry_checkpoint(Path(paused.value.checkpoint), tmp_path / "carried")
+    assert sorted(p.name for p in carried.iterdir()) == sorted(RESUME_FILES)
     there = GrpoSettings(output_root=tmp_path / "there", **common)
     result = train_grpo_online(rows, spread, settings=there, resume_from=carried)
     metadata = read_metadata(result.version_dir)
