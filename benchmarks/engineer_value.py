@@ -21,7 +21,8 @@ files):
 - sft: LoRA SFT of SmolLM2-135M on the merged rows, every checkpoint kept; each checkpoint's
   valid fraction on held-out packets without a canary (the SFT curve, PNG).
 - grpo: online GRPO from the SFT engineer on the cold start's packets (reward: canary delta
-  over the incumbent).
+  over the incumbent). `--grpo-minutes M`: pause before M minutes and commit the checkpoint;
+  the next run (another session, another host) continues it.
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
   template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
   promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
@@ -98,13 +99,23 @@ SEED = 0
 HELDOUT_SEED = 1000  # other seeds than training: held-out episodes are new episodes
 
 
-def run(command: list[str], log: Path) -> None:
+#: `train grpo online` stopped at its time budget (harness_r1.cli.train.PAUSED_EXIT)
+PAUSED_EXIT = 75
+
+
+def run(command: list[str], log: Path, paused_ok: bool = False) -> bool:
+    """Run and log `command`; False when it paused at its time budget (`paused_ok`)."""
     line = " ".join(shlex.quote(part) for part in command)
     print(f"$ {line}", flush=True)
     started = time.perf_counter()
-    subprocess.run(command, check=True)
+    code = subprocess.run(command, check=False).returncode
+    paused = paused_ok and code == PAUSED_EXIT
+    if code and not paused:
+        raise subprocess.CalledProcessError(code, command)
     with log.open("a", encoding="utf-8") as handle:
-        handle.write(f"{line}  # {time.perf_counter() - started:.0f} s\n")
+        note = " (paused)" if paused else ""
+        handle.write(f"{line}  # {time.perf_counter() - started:.0f} s{note}\n")
+    return not paused
 
 
 def target_runs(
@@ -669,27 +680,98 @@ def grpo_version(out: Path, sft: Path) -> Path | None:
     return None
 
 
-def stage_grpo(envs: list[str], out: Path, log: Path) -> Path:
+COMMITTED_GRPO = COMMITTED / "grpo-engineer"
+#: a paused GRPO run's checkpoint (`carry_checkpoint`), continued by the next session
+CARRIED_GRPO = COMMITTED / "grpo-checkpoint"
+
+
+def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> Path | None:
     """Stage 6: online GRPO from the SFT engineer on the cold start's packets of every env
     (training split, against the incumbents), K samples per packet, reward = canary delta over
-    the incumbent (graded when invalid), GRPO_STEPS optimizer steps. Resumable (`train grpo
-    online`'s run key). Writes DIR/engineer-grpo.txt for stage 5's GRPO row."""
+    the incumbent (graded when invalid), GRPO_STEPS optimizer steps. Resumable on this host
+    (`train grpo online`'s run key) and across sessions: with `minutes` the run pauses before
+    overrunning them and its checkpoint is committed (CARRIED_GRPO, ~22 MB: adapter, optimizer,
+    scheduler, RNG), the next session's run continues from it (same SFT engineer and
+    GRPO_ARGS). The finished engineer is committed (COMMITTED_GRPO). None: paused."""
+    from harness_r1.trainer.runs import carry_checkpoint
+
     sft = sft_version(out)
     assert sft is not None, "stage 4 (SFT) first"
-    version = grpo_version(out, sft)
-    if version is None:
-        packets = out / "engineer-packets.jsonl"
-        packets.write_text(
-            "".join(
-                (out / f"{env}-engineer-coldstart" / "packets.jsonl").read_text() for env in envs
-            )
+    version = grpo_engineer(out)
+    if version is not None:
+        return version
+    packets = out / "engineer-packets.jsonl"
+    packets.write_text(
+        "".join((out / f"{env}-engineer-coldstart" / "packets.jsonl").read_text() for env in envs)
+    )
+    command = [HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
+               "--adapter", str(sft), *GRPO_ARGS]  # fmt: skip
+    if minutes is not None:
+        command += ["--stop-after-minutes", str(minutes)]
+    carried = carried_grpo(sft)
+    if carried is not None:
+        command += ["--resume-from", str(carried)]
+    if not run(command, log, paused_ok=True):
+        checkpoint = max(
+            (out / "engineer" / "runs").glob("grpo-*/checkpoint-*"), key=lambda p: p.stat().st_mtime
         )
-        run([HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
-             "--adapter", str(sft), *GRPO_ARGS], log)  # fmt: skip
-        version = grpo_version(out, sft)
+        carry_checkpoint(checkpoint, CARRIED_GRPO)
+        step = json.loads((CARRIED_GRPO / "trainer_state.json").read_text())["global_step"]
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "step": step}
+        (CARRIED_GRPO / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+        print(f"GRPO paused at step {step}: {CARRIED_GRPO} (commit it; the next run continues)")
+        return None
+    version = grpo_version(out, sft)
     assert version is not None, "train grpo online published no version"
-    (out / "engineer-grpo.txt").write_text(str(version) + "\n")
+    commit_grpo(version, sft)
     return version
+
+
+def weights_sha(version: Path) -> str:
+    from harness_r1.trainer.model_io import file_sha256
+
+    return file_sha256(version / "adapter_model.safetensors")
+
+
+def carried_grpo(sft: Path) -> Path | None:
+    """The committed paused checkpoint when it continues a run from `sft` with GRPO_ARGS."""
+    lineage = CARRIED_GRPO / "lineage.json"
+    if not lineage.exists():
+        return None
+    meta = json.loads(lineage.read_text())
+    if meta["sft_weights"] != weights_sha(sft) or meta["grpo_args"] != GRPO_ARGS:
+        print(f"{CARRIED_GRPO}: from another SFT engineer or GRPO_ARGS: GRPO starts afresh")
+        return None
+    return CARRIED_GRPO
+
+
+def grpo_engineer(out: Path) -> Path | None:
+    """The GRPO engineer from the current SFT engineer: published here, else committed."""
+    sft = sft_version(out)
+    if sft is None:
+        return None
+    version = grpo_version(out, sft)
+    if version is not None:
+        return version
+    lineage = COMMITTED_GRPO / "lineage.json"
+    if lineage.exists() and json.loads(lineage.read_text())["sft_weights"] == weights_sha(sft):
+        return COMMITTED_GRPO
+    return None
+
+
+def commit_grpo(version: Path, sft: Path) -> None:
+    """Keep the finished GRPO engineer in the repository with the SFT weights it started
+    from; the carried checkpoint has served."""
+    import shutil
+
+    def note_lineage(copy: Path) -> None:
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS}
+        (copy / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+
+    if version != COMMITTED_GRPO:
+        shutil.rmtree(COMMITTED_GRPO, ignore_errors=True)
+        copy_whole(version, COMMITTED_GRPO, note_lineage)
+    shutil.rmtree(CARRIED_GRPO, ignore_errors=True)
 
 
 def engineer_args(name: str, out: Path) -> list[str] | None:
@@ -703,11 +785,8 @@ def engineer_args(name: str, out: Path) -> list[str] | None:
         return []
     if name == "teacher":
         return ["--teacher", "1"]  # as it wrote the cold start: one template per patch
-    if name == "sft":
-        version = sft_version(out)
-        return None if version is None else ["--adapter", str(version)]
-    path = out / f"engineer-{name}.txt"  # later engineers: the adapter dir, written by their stage
-    return ["--adapter", path.read_text().strip()] if path.exists() else None
+    version = sft_version(out) if name == "sft" else grpo_engineer(out)
+    return None if version is None else ["--adapter", str(version)]
 
 
 def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | None:
@@ -1107,6 +1186,13 @@ def main() -> None:
         default=CURVE_PACKETS,
         help="The sampling stage's held-out packets per env.",
     )
+    parser.add_argument(
+        "--grpo-minutes",
+        type=float,
+        default=None,
+        help="The GRPO stage's time budget: it pauses before overrunning it and commits its "
+        "checkpoint for the next run to continue.",
+    )
     args = parser.parse_args()
     stages = list(STAGES) if args.stages == "all" else args.stages.split(",")
     unknown = sorted(set(stages) - set(STAGES))
@@ -1125,7 +1211,7 @@ def main() -> None:
         elif stage == "sampling":
             run_sampling(envs, args.out, log, args.sampling_packets)
         elif stage == "grpo":
-            print(f"GRPO engineer: {stage_grpo(envs, args.out, log)}")
+            print(f"GRPO engineer: {stage_grpo(envs, args.out, log, args.grpo_minutes)}")
         elif stage == "ablation":
             run_ablation(envs, args.out, log)
         elif stage == "transfer":
