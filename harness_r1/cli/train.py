@@ -85,6 +85,15 @@ def coldstart(
     typer.echo((out / "stats.json").read_text() if (out / "stats.json").exists() else str(stats))
 
 
+CpuBf16 = Annotated[
+    bool,
+    typer.Option(
+        help="On CPU, bf16 autocast with fp32 master weights (faster where the CPU has bf16 "
+        "instructions: AVX512-BF16, AMX)."
+    ),
+]
+
+
 @train_app.command("sft")
 def sft(
     dataset: Annotated[Path, typer.Argument(help="dataset.jsonl from `train coldstart`.")],
@@ -109,6 +118,7 @@ def sft(
             "for a curve over training).",
         ),
     ] = 2,
+    cpu_bf16: CpuBf16 = False,
 ) -> None:
     """Cold-start SFT (LoRA, completion-only loss); publishes the next engineer version.
 
@@ -125,6 +135,7 @@ def sft(
         max_length=max_length,
         save_steps=save_steps,
         save_total_limit=keep_checkpoints or None,
+        cpu_bf16=cpu_bf16,
     )
     result = train_sft(dataset, settings=settings, adapter=adapter, cache_dir=cli_settings().cache)
     typer.echo(f"published {result.version_dir}")
@@ -261,6 +272,7 @@ def grpo_online(
         Path | None,
         typer.Option(help="A paused run's checkpoint (e.g. carried from another host)."),
     ] = None,
+    cpu_bf16: CpuBf16 = False,
 ) -> None:
     """Online GRPO: the engineer samples K patches per packet, the canary rewards each (on the
     target `--policy`).
@@ -291,6 +303,7 @@ def grpo_online(
         micro_batch=micro_batch,
         temperature=temperature,
         stop_after_s=None if stop_after_minutes is None else stop_after_minutes * 60,
+        cpu_bf16=cpu_bf16,
     )
     from harness_r1.trainer.errors import TrainingPaused
     from harness_r1.trainer.prompt import PromptConfig

@@ -64,6 +64,7 @@ from harness_r1.trainer.runs import (
     run_metadata,
     save_adapter,
     select_run_dir,
+    use_bf16,
 )
 from harness_r1.trainer.versions import TrainResult, publish_version
 
@@ -97,7 +98,7 @@ class GrpoSettings:
     loss_type / epsilon / epsilon_high / beta / scale_rewards: the objective (see the module).
     invalid_reward: the reward of a completion that does not parse or fails the static checks.
     lora_*: the adapter when training starts from the base model (a parent adapter keeps its own).
-    seed, save_steps, save_total_limit, logging_steps, use_cpu, threads: as for SFT.
+    seed, save_steps, save_total_limit, logging_steps, use_cpu, threads, cpu_bf16: as for SFT.
     shuffle: shuffle the prompt rows / groups [shuffle_dataset].
     stop_after_s: a time budget for this invocation (None: none): the run saves a checkpoint
         and stops at the end of a generation cycle before it would overrun it, publishes
@@ -133,6 +134,7 @@ class GrpoSettings:
     threads: int | None = None
     shuffle: bool = True
     stop_after_s: float | None = None
+    cpu_bf16: bool = False
 
     def __post_init__(self) -> None:
         if self.num_iterations < 2:
@@ -221,11 +223,7 @@ def group_advantages(
 def grpo_config(settings: GrpoSettings, run_dir: Path, max_steps: int) -> Any:
     from trl import GRPOConfig
 
-    bf16 = False
-    if not settings.use_cpu:
-        import torch
-
-        bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    bf16 = use_bf16(settings.use_cpu, settings.cpu_bf16)
     return GRPOConfig(
         output_dir=str(run_dir),
         max_steps=max_steps,

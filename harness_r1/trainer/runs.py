@@ -39,6 +39,17 @@ NON_IDENTITY_SETTINGS = frozenset(
 )
 
 
+def use_bf16(use_cpu: bool, cpu_bf16: bool) -> bool:
+    """Mixed precision (bf16 autocast, fp32 master weights) for a run: on an accelerator where
+    it supports bf16; on CPU only when asked (`cpu_bf16`: fast where the CPU has bf16
+    instructions, AVX512-BF16 or AMX; see BENCHMARKS.md "Training in bf16 on CPU")."""
+    if use_cpu:
+        return cpu_bf16
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
 def check_common(settings: Any) -> None:
     if settings.learning_rate <= 0:
         raise ValueError(f"learning_rate must be > 0, got {settings.learning_rate}")

@@ -51,6 +51,7 @@ from harness_r1.trainer.runs import (
     run_metadata,
     save_adapter,
     select_run_dir,
+    use_bf16,
 )
 from harness_r1.trainer.versions import TrainResult, publish_version
 
@@ -74,8 +75,9 @@ class SftSettings:
         None keeps every one: each `checkpoint-N/` holds a loadable adapter, for a curve of
         the engineer over training); the last step is always saved.
     logging_steps: how often the loss is logged.
-    use_cpu: train on CPU (fp32, no gradient checkpointing); False uses the accelerator with
-        bf16 where it supports it.
+    use_cpu: train on CPU (fp32 unless `cpu_bf16`, no gradient checkpointing); False uses the
+        accelerator with bf16 where it supports it.
+    cpu_bf16: on CPU, bf16 autocast with fp32 master weights (`trainer.runs.use_bf16`).
     threads: torch intra-op threads (None: torch's default).
     """
 
@@ -96,6 +98,7 @@ class SftSettings:
     logging_steps: int = 1
     use_cpu: bool = True
     threads: int | None = None
+    cpu_bf16: bool = False
 
     def __post_init__(self) -> None:
         if self.max_steps <= 0 and self.epochs <= 0:
@@ -181,11 +184,7 @@ def check_row_lengths(rows: Sequence[dict[str, Any]], tokenizer: Any, max_length
 def sft_config(settings: SftSettings, run_dir: Path) -> Any:
     from trl import SFTConfig
 
-    bf16 = False
-    if not settings.use_cpu:
-        import torch
-
-        bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    bf16 = use_bf16(settings.use_cpu, settings.cpu_bf16)
     return SFTConfig(
         output_dir=str(run_dir),
         num_train_epochs=settings.epochs if settings.epochs > 0 else 1.0,

@@ -83,3 +83,15 @@ def test_carrying_a_checkpoint_without_its_optimizer_is_refused(tmp_path: Path) 
     with pytest.raises(TrainingError, match="optimizer.pt"):
         carry_checkpoint(checkpoint, tmp_path / "carried")
     assert not (tmp_path / "carried").exists()
+
+
+@pytest.mark.parametrize("cpu_bf16", [False, True])
+def test_cpu_bf16_reaches_both_trainers_configs(tmp_path: Path, cpu_bf16: bool) -> None:
+    """Mixed precision on CPU only when asked: fp32 stays the default (the committed
+    engineers were trained in it)."""
+    from harness_r1.trainer.grpo import GrpoSettings, grpo_config
+    from harness_r1.trainer.sft import SftSettings, sft_config
+
+    sft = sft_config(SftSettings(max_steps=1, cpu_bf16=cpu_bf16), tmp_path)
+    grpo = grpo_config(GrpoSettings(cpu_bf16=cpu_bf16), tmp_path, max_steps=1)
+    assert (sft.bf16, grpo.bf16, sft.use_cpu, grpo.use_cpu) == (cpu_bf16, cpu_bf16, True, True)
