@@ -711,10 +711,12 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     carried = carried_grpo(sft)
     if carried is not None:
         command += ["--resume-from", str(carried)]
-    if not run(command, log, paused_ok=True):
-        checkpoint = max(
-            (out / "engineer" / "runs").glob("grpo-*/checkpoint-*"), key=lambda p: p.stat().st_mtime
-        )
+    finished = run(command, log, paused_ok=True)
+    checkpoint = max(
+        (out / "engineer" / "runs").glob("grpo-*/checkpoint-*"), key=lambda p: p.stat().st_mtime
+    )
+    record_grpo_curve(checkpoint / "trainer_state.json", out)
+    if not finished:
         carry_checkpoint(checkpoint, CARRIED_GRPO)
         step = json.loads((CARRIED_GRPO / "trainer_state.json").read_text())["global_step"]
         lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "step": step}
@@ -725,6 +727,48 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     assert version is not None, "train grpo online published no version"
     commit_grpo(version, sft)
     return version
+
+
+#: what the GRPO curve keeps of each logged step (TRL's names; `canary/valid_fraction` is
+#: CanaryReward's, logged on the steps that sampled a group)
+GRPO_CURVE_KEYS = ("loss", "reward", "reward_std", "canary/valid_fraction", "grad_norm")
+
+
+def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
+    """The GRPO run's per-step log so far (its trainer state: a resumed run's includes the
+    steps before the pause) into DIR and the repository (numbers only), and its plot."""
+    history = json.loads(state_file.read_text())["log_history"]
+    curve = [
+        {"step": row["step"], **{k: row[k] for k in GRPO_CURVE_KEYS if k in row}}
+        for row in history
+        if "step" in row and any(k in row for k in GRPO_CURVE_KEYS)
+    ]
+    for folder in (out, COMMITTED):
+        (folder / "results-grpo-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
+    plot_grpo(curve, out / "grpo-curve.png")
+    return curve
+
+
+def plot_grpo(curve: list[dict[str, Any]], path: Path) -> None:
+    """Three panels over GRPO steps: mean reward (with its group spread), the valid fraction
+    of the sampled groups, the loss."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = [("reward", "mean reward (canary delta; graded when invalid)"),
+              ("canary/valid_fraction", "valid fraction of the sampled group"),
+              ("loss", "GRPO loss (dapo)")]  # fmt: skip
+    for axis, (key, title) in zip(axes, panels, strict=True):
+        points = [(row["step"], row[key]) for row in curve if key in row]
+        if points:
+            axis.plot(*zip(*points, strict=True), marker=".", linewidth=0.8)
+        axis.set(xlabel="GRPO step", title=title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def weights_sha(version: Path) -> str:
