@@ -77,8 +77,11 @@ COMMITTED = Path(__file__).parent / "results" / "engineer_value"
 #: step budget, epochs x steps an epoch, and `train sft` resumes a run whose budget grew), or
 #: continues the committed engineer from its adapter, and publishes a new version
 SFT_EPOCHS = 3
+#: bf16 autocast on CPU: 1.39x as fast a step as fp32 on an AMD EPYC with AVX512-BF16, the
+#: loss the same to 1% (benchmarks/train_precision.py; BENCHMARKS.md "Training in bf16 on CPU");
+#: the first 212 steps of the committed engineer were fp32
 SFT_ARGS = ["--batch-size", "2", "--learning-rate", "4e-4",
-            "--save-steps", "25", "--keep-checkpoints", "0"]  # fmt: skip
+            "--save-steps", "25", "--keep-checkpoints", "0", "--cpu-bf16"]  # fmt: skip
 #: how every engineer samples on held-out packets (as the CPU engineer runs: 0.5 keeps a 135M
 #: engineer in the teacher's shape) and how many packets per env the validity curve uses
 ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
@@ -87,7 +90,7 @@ CURVE_PACKETS = 1  # per env and point: the shape; the final valid fraction is s
 #: sample 25 groups), 0.8 for samples that differ within a group, the graded invalid reward
 GRPO_ARGS = ["-k", "4", "--max-steps", "100", "--num-iterations", "4", "--temperature", "0.8",
              "--graded-invalid", "--lean-prompt", "--max-completion-length", "512",
-             "--target-steps", TARGET[1], "--history-turns", TARGET[3]]  # fmt: skip
+             "--target-steps", TARGET[1], "--history-turns", TARGET[3], "--cpu-bf16"]  # fmt: skip
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
 ENGINEERS = ("untrained", "teacher", "sft", "grpo")
 #: the promotion gate at this scale: packets of 4 tasks and a guard of the other 16 held-out
