@@ -49,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness_r1.cli.train import PAUSED_EXIT, PAUSED_FILE
 from harness_r1.harness.evaluation import wilson_interval
 
 HR = str(Path(sys.executable).parent / "harness-r1")
@@ -100,10 +101,6 @@ BATCH = 4  # episodes per packet
 K = 4  # teacher proposals per packet
 SEED = 0
 HELDOUT_SEED = 1000  # other seeds than training: held-out episodes are new episodes
-
-
-#: `train grpo online` stopped at its time budget (harness_r1.cli.train.PAUSED_EXIT)
-PAUSED_EXIT = 75
 
 
 def run(command: list[str], log: Path, paused_ok: bool = False) -> bool:
@@ -691,7 +688,7 @@ CARRIED_GRPO = COMMITTED / "grpo-checkpoint"
 def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> Path | None:
     """Stage 6: online GRPO from the SFT engineer on the cold start's packets of every env
     (training split, against the incumbents), K samples per packet, reward = canary delta over
-    the incumbent (graded when invalid), GRPO_STEPS optimizer steps. Resumable on this host
+    the incumbent (graded when invalid), GRPO_ARGS' optimizer steps. Resumable on this host
     (`train grpo online`'s run key) and across sessions: with `minutes` the run pauses before
     overrunning them and its checkpoint is committed (CARRIED_GRPO, ~22 MB: adapter, optimizer,
     scheduler, RNG), the next session's run continues from it (same SFT engineer and
@@ -702,6 +699,8 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     assert sft is not None, "stage 4 (SFT) first"
     version = grpo_engineer(out)
     if version is not None:
+        if version != COMMITTED_GRPO:  # published here by an earlier run of this stage
+            commit_grpo(version, sft)
         return version
     packets = out / "engineer-packets.jsonl"
     packets.write_text(
@@ -714,20 +713,22 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     carried = carried_grpo(sft)
     if carried is not None:
         command += ["--resume-from", str(carried)]
-    finished = run(command, log, paused_ok=True)
-    checkpoint = max(
-        (out / "engineer" / "runs").glob("grpo-*/checkpoint-*"), key=lambda p: p.stat().st_mtime
-    )
-    record_grpo_curve(checkpoint / "trainer_state.json", out)
-    if not finished:
-        carry_checkpoint(checkpoint, CARRIED_GRPO)
-        step = json.loads((CARRIED_GRPO / "trainer_state.json").read_text())["global_step"]
-        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "step": step}
-        (CARRIED_GRPO / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
-        print(f"GRPO paused at step {step}: {CARRIED_GRPO} (commit it; the next run continues)")
+    if not run(command, log, paused_ok=True):
+        paused = json.loads((out / "engineer" / PAUSED_FILE).read_text())
+        checkpoint = Path(paused["checkpoint"])
+        record_grpo_curve(checkpoint / "trainer_state.json", out)
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "step": paused["step"]}
+
+        def note_lineage(staging: Path) -> None:
+            (staging / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+
+        carry_checkpoint(checkpoint, CARRIED_GRPO, note_lineage)
+        print(f"GRPO paused at step {paused['step']}: {CARRIED_GRPO} (commit it; the next run "
+              "continues)")  # fmt: skip
         return None
     version = grpo_version(out, sft)
     assert version is not None, "train grpo online published no version"
+    record_grpo_curve(checkpoints(version)[-1][1] / "trainer_state.json", out)
     commit_grpo(version, sft)
     return version
 
@@ -801,7 +802,10 @@ def grpo_engineer(out: Path) -> Path | None:
     if version is not None:
         return version
     lineage = COMMITTED_GRPO / "lineage.json"
-    if lineage.exists() and json.loads(lineage.read_text())["sft_weights"] == weights_sha(sft):
+    if not lineage.exists():
+        return None
+    meta = json.loads(lineage.read_text())
+    if meta["sft_weights"] == weights_sha(sft) and meta["grpo_args"] == GRPO_ARGS:
         return COMMITTED_GRPO
     return None
 

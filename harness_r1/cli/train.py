@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -210,8 +211,10 @@ grpo_app = command_group(
 )
 train_app.add_typer(grpo_app, name="grpo")
 
-#: `train grpo online` stopped at its time budget (EX_TEMPFAIL: run it again to continue)
+#: `train grpo online` stopped at its time budget (EX_TEMPFAIL: run it again to continue);
+#: where its checkpoint is: PAUSED_FILE in --out (removed when a run finishes)
 PAUSED_EXIT = 75
+PAUSED_FILE = "paused.json"
 
 Out = Annotated[Path, typer.Option(help="Root of runs/ and engineer/vNNNN/.")]
 Adapter = Annotated[Path | None, typer.Option(help="The engineer version to improve.")]
@@ -318,8 +321,12 @@ def grpo_online(
             resume_from=resume_from,
         )
     except TrainingPaused as paused:
+        note = {"checkpoint": str(paused.checkpoint), "step": paused.step,
+                "max_steps": paused.max_steps}  # fmt: skip
+        (out / PAUSED_FILE).write_text(json.dumps(note) + "\n", encoding="utf-8")
         typer.echo(f"paused {paused.checkpoint} step {paused.step} of {paused.max_steps}")
         raise typer.Exit(PAUSED_EXIT) from None
+    (out / PAUSED_FILE).unlink(missing_ok=True)
     typer.echo(f"published {result.version_dir}")
 
 

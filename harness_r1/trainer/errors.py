@@ -1,4 +1,7 @@
-"""The error every training entry point raises for inputs it cannot use."""
+"""The error every training entry point raises for inputs it cannot use, and the signal of a
+run that stopped at its time budget."""
+
+from pathlib import Path
 
 
 class TrainingError(RuntimeError):
@@ -10,7 +13,7 @@ class TrainingPaused(RuntimeError):
     nothing is published. Rerun the same command to continue (or pass the checkpoint as
     `resume_from` on another host)."""
 
-    def __init__(self, run_dir: str, checkpoint: str, step: int, max_steps: int) -> None:
+    def __init__(self, run_dir: Path, checkpoint: Path, step: int, max_steps: int) -> None:
         super().__init__(
             f"paused at step {step} of {max_steps}: checkpoint {checkpoint}; run the same "
             "command again to continue"

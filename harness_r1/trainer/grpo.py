@@ -53,10 +53,10 @@ from harness_r1.trainer.model_io import (
 )
 from harness_r1.trainer.replay import ReplayGroup, ReplayRollout, replay_key, replay_reward
 from harness_r1.trainer.runs import (
+    adapter_identity,
     check_common,
     finish_run,
     identity_settings,
-    last_checkpoint,
     later_checkpoint,
     make_meter,
     make_time_budget,
@@ -332,7 +332,7 @@ def _run(job: _Job, start: _Start) -> TrainResult:
         {
             "kind": job.kind,
             "base": model_fingerprint(base_dir),
-            "adapter": None if start.adapter is None else model_fingerprint(Path(start.adapter)),
+            "adapter": adapter_identity(start.adapter),
             "data": job.data_identity,
             "settings": identity_settings(start.settings),
         }
@@ -350,10 +350,11 @@ def _run(job: _Job, start: _Start) -> TrainResult:
     model, tokenizer, peft_config = load_policy(base_dir, start.settings, start.adapter)
     meter = make_meter()
     recorder = _Recorder(job.reward, start.settings.num_generations)
-    budget = start.settings.stop_after_s
     callbacks = [meter, *start.callbacks]
-    if budget is not None:
-        callbacks.append(make_time_budget(budget, cycle=start.settings.num_iterations))
+    budget = None
+    if start.settings.stop_after_s is not None:
+        budget = make_time_budget(start.settings.stop_after_s, cycle=start.settings.num_iterations)
+        callbacks.append(budget)
     cls = start.trainer_cls or GRPOTrainer
     with warnings.catch_warnings():
         # TRL flags rollout_func as experimental; we pin trl==1.16.0, whose API this follows.
@@ -369,9 +370,9 @@ def _run(job: _Job, start: _Start) -> TrainResult:
             rollout_func=job.rollout,
         )
     output = trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
-    step = int(trainer.state.global_step)
-    if step < job.max_steps:  # the time budget stopped it: checkpoint saved, nothing published
-        raise TrainingPaused(str(run_dir), str(last_checkpoint(run_dir)), step, job.max_steps)
+    if budget is not None and budget.stopped_at is not None:  # checkpoint saved, not published
+        checkpoint = run_dir / f"checkpoint-{budget.stopped_at}"
+        raise TrainingPaused(run_dir, checkpoint, budget.stopped_at, job.max_steps)
     metadata = run_metadata(
         kind=job.kind,
         base_dir=base_dir,

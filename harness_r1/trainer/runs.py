@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from harness_r1.trainer.errors import TrainingError
-from harness_r1.trainer.model_io import library_versions, model_fingerprint
+from harness_r1.trainer.model_io import file_sha256, library_versions, model_fingerprint
 from harness_r1.trainer.versions import TrainResult, parent_version, write_json
 
 log = structlog.get_logger(__name__)
@@ -35,6 +35,7 @@ NON_IDENTITY_SETTINGS = frozenset(
         "save_total_limit",
         "threads",
         "stop_after_s",
+        "cpu_bf16",  # how the steps are computed, not what is trained: a run may switch
     }
 )
 
@@ -85,6 +86,16 @@ def identity_settings(settings: Any) -> dict[str, Any]:
     return {k: v for k, v in settings_dict(settings).items() if k not in NON_IDENTITY_SETTINGS}
 
 
+def adapter_identity(adapter: Path | None) -> str | None:
+    """A starting adapter's part of a run key: its fingerprint and the hash of its weights (an
+    adapter is a few MB; the fingerprint alone would mistake a retrained adapter of the same
+    shape for the one a run directory started from)."""
+    if adapter is None:
+        return None
+    weights = sorted(Path(adapter).glob("*.safetensors"))
+    return ":".join([model_fingerprint(Path(adapter)), *(file_sha256(w)[:16] for w in weights)])
+
+
 def _checkpoint_step(checkpoint: Path) -> int:
     state = Path(checkpoint) / "trainer_state.json"
     if state.is_file():
@@ -116,14 +127,6 @@ def select_run_dir(root: Path, kind: str, key: str, max_steps: int) -> tuple[Pat
         attempt += 1
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
-    """The run directory's furthest checkpoint (None: it has none)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(run_dir)) if Path(run_dir).is_dir() else None
-    return None if last is None else Path(last)
-
-
 #: what resuming needs of a checkpoint (the tokenizer and the arguments come from the command)
 RESUME_FILES = (
     "adapter_model.safetensors",
@@ -135,19 +138,30 @@ RESUME_FILES = (
 )
 
 
-def carry_checkpoint(checkpoint: Path, dest: Path) -> Path:
-    """`checkpoint`'s RESUME_FILES into `dest` (replaced whole: staged, then renamed), for a
-    run to continue on another host (`resume_from`). Returns `dest`."""
-    import shutil
-
+def check_resumable(checkpoint: Path) -> None:
+    """Refuse a folder without every RESUME_FILES: resuming without the optimizer or the
+    scheduler would silently restart Adam and the learning-rate schedule."""
     missing = [name for name in RESUME_FILES if not (Path(checkpoint) / name).is_file()]
     if missing:
         raise TrainingError(f"{checkpoint} lacks {', '.join(missing)}: not a resumable checkpoint")
+
+
+def carry_checkpoint(
+    checkpoint: Path, dest: Path, prepare: Callable[[Path], None] | None = None
+) -> Path:
+    """`checkpoint`'s RESUME_FILES into `dest` (replaced whole: staged, `prepare(staging)` to
+    add what the carrier needs, e.g. its lineage, then renamed), for a run to continue on
+    another host (`resume_from`). Returns `dest`."""
+    import shutil
+
+    check_resumable(checkpoint)
     staging = dest.with_name(dest.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for name in RESUME_FILES:
         shutil.copy2(Path(checkpoint) / name, staging / name)
+    if prepare is not None:
+        prepare(staging)
     shutil.rmtree(dest, ignore_errors=True)
     staging.rename(dest)
     return dest
@@ -158,8 +172,7 @@ def later_checkpoint(own: Path | None, given: Path | None) -> Path | None:
     carried from another host), the one further along; `given` must be a checkpoint."""
     if given is None:
         return own
-    if not (Path(given) / "trainer_state.json").is_file():
-        raise TrainingError(f"{given} is not a checkpoint (no trainer_state.json)")
+    check_resumable(Path(given))
     if own is not None and _checkpoint_step(own) >= _checkpoint_step(Path(given)):
         return own
     return Path(given)
@@ -167,10 +180,14 @@ def later_checkpoint(own: Path | None, given: Path | None) -> Path | None:
 
 def make_time_budget(stop_after_s: float, cycle: int = 1) -> Any:
     """A TrainerCallback that saves a checkpoint and stops the run before it would overrun
-    `stop_after_s` seconds of this invocation: at a step boundary that ends a cycle of `cycle`
-    steps (GRPO: `num_iterations`, so a resumed run starts on a fresh generation instead of a
-    half-used batch), once the time spent plus the longest cycle seen would pass the budget.
-    The first cycle always runs (nothing to estimate from)."""
+    `stop_after_s` seconds of training in this invocation (model loading and the final save
+    are outside it): at the end of a cycle of `cycle` steps counted from where this invocation
+    started (GRPO: `num_iterations`, TRL's generation cycle, which restarts on resume; a pause
+    mid-cycle would throw away the rest of a generated batch), once the time spent plus the
+    longest cycle seen would pass the budget. The first cycle always runs (nothing to estimate
+    from). `stopped_at`: the step it stopped at, None if it did not."""
+    if cycle < 1:
+        raise ValueError(f"cycle must be >= 1, got {cycle}")
     from transformers import TrainerCallback
 
     class TimeBudget(TrainerCallback):
@@ -178,13 +195,15 @@ def make_time_budget(stop_after_s: float, cycle: int = 1) -> Any:
             self.started = 0.0
             self.cycle_started = 0.0
             self.longest_cycle = 0.0
+            self.start_step = 0
             self.stopped_at: int | None = None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.started = self.cycle_started = time.perf_counter()
+            self.start_step = int(state.global_step)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if state.global_step % cycle:
+            if (state.global_step - self.start_step) % cycle:
                 return
             now = time.perf_counter()
             self.longest_cycle = max(self.longest_cycle, now - self.cycle_started)

@@ -43,6 +43,7 @@ from harness_r1.trainer.model_io import (
     resolve_base,
 )
 from harness_r1.trainer.runs import (
+    adapter_identity,
     check_common,
     finish_run,
     identity_settings,
@@ -239,7 +240,7 @@ def train_sft(
         {
             "kind": "sft",
             "base": model_fingerprint(base_dir),
-            "adapter": None if adapter is None else model_fingerprint(Path(adapter)),
+            "adapter": adapter_identity(adapter),
             "dataset": dataset_sha,
             "settings": identity_settings(settings),
         }

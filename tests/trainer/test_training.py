@@ -393,6 +393,14 @@ def test_a_grpo_step_on_the_tiny_model_changes_the_lora_weights(
     assert (result.version_dir / "adapter_model.safetensors").is_file()
 
 
+def _adapter(version: Path) -> dict[str, list[float]]:
+    from safetensors.torch import load_file
+
+    return {
+        k: v.flatten().tolist() for k, v in load_file(version / "adapter_model.safetensors").items()
+    }
+
+
 @pytest.mark.integration
 def test_a_grpo_run_paused_by_its_time_budget_continues_on_another_host(tmp_path: Path) -> None:
     """The time budget saves a checkpoint at the end of the first generation cycle and
@@ -426,6 +434,11 @@ def test_a_grpo_run_paused_by_its_time_budget_continues_on_another_host(tmp_path
     metadata = read_metadata(result.version_dir)
     assert (metadata["steps"], metadata["steps_this_run"]) == (4, 2)
     assert metadata["resumed_from"] == "carried" and seen == [4, 4]
+    # the same run without a pause: the same weights (optimizer, schedule and RNG carried)
+    whole = train_grpo_online(
+        rows, spread, settings=GrpoSettings(output_root=tmp_path / "whole", **common)
+    )
+    assert _adapter(result.version_dir) == _adapter(whole.version_dir)
 
 
 @pytest.mark.integration
