@@ -89,8 +89,10 @@ ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", 
 CURVE_PACKETS = 1  # per env and point: the shape; the final valid fraction is stage 5's, on all
 #: GRPO at this scale: K=4 per packet, 4 passes per sampled group (so 100 optimizer steps
 #: sample 25 groups), 0.8 for samples that differ within a group, the graded invalid reward
+#: (from -0.25 for no patch block up, as in the CPU engineer runs)
 GRPO_ARGS = ["-k", "4", "--max-steps", "100", "--num-iterations", "4", "--temperature", "0.8",
-             "--graded-invalid", "--lean-prompt", "--max-completion-length", "512",
+             "--graded-invalid", "--invalid-reward", "-0.25", "--lean-prompt",
+             "--max-completion-length", "512",
              "--target-steps", TARGET[1], "--history-turns", TARGET[3], "--cpu-bf16"]  # fmt: skip
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
 ENGINEERS = ("untrained", "teacher", "sft", "grpo")
