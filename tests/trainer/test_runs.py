@@ -72,11 +72,17 @@ def _drive(
     return control
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The time the budget reads (trainer.runs' perf_counter), moved by `_drive`."""
+    now = [0.0]
+    monkeypatch.setattr("harness_r1.trainer.runs.time.perf_counter", lambda: now[0])
+    return now
+
+
 def test_the_time_budget_stops_at_a_cycle_boundary_before_it_would_overrun(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: list[float],
 ) -> None:
-    clock = [0.0]
-    monkeypatch.setattr("harness_r1.trainer.runs.time.perf_counter", lambda: clock[0])
     budget = make_time_budget(stop_after_s=100.0, cycle=4)
     # 10 s a step, 40 s a cycle: after step 4 (40 s) one more cycle fits (80 s); after step 8
     # (80 s) another would end at 120 s, past the budget: stop there, saving a checkpoint
@@ -85,23 +91,17 @@ def test_the_time_budget_stops_at_a_cycle_boundary_before_it_would_overrun(
     assert budget.stopped_at == 8
 
 
-def test_a_resumed_run_counts_its_cycles_from_where_it_resumed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_resumed_run_counts_its_cycles_from_where_it_resumed(clock: list[float]) -> None:
     """TRL's generation cycle restarts on resume: resumed at step 10 with cycles of 4, the
     cycles end at 14, 18, ... (not at 12, 16, which would cut a generated batch)."""
-    clock = [0.0]
-    monkeypatch.setattr("harness_r1.trainer.runs.time.perf_counter", lambda: clock[0])
     budget = make_time_budget(stop_after_s=100.0, cycle=4)
     control = _drive(budget, steps=20, max_steps=40, step_seconds=10.0, clock=clock, start=10)
     assert control.should_training_stop and budget.stopped_at == 18
 
 
 def test_the_time_budget_never_stops_a_run_at_its_last_step_or_mid_cycle(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: list[float],
 ) -> None:
-    clock = [0.0]
-    monkeypatch.setattr("harness_r1.trainer.runs.time.perf_counter", lambda: clock[0])
     budget = make_time_budget(stop_after_s=1.0, cycle=2)
     control = _drive(budget, steps=1, max_steps=2, step_seconds=10.0, clock=clock)
     assert not control.should_training_stop  # mid-cycle: the batch is not used up yet
