@@ -515,9 +515,7 @@ def copy_whole(source: Path, dest: Path, prepare: Callable[[Path], None] | None 
 def snapshot(version: Path, out: Path) -> Path:
     """A copy of `version` under DIR to continue from: the committed engineer is replaced
     when the continued one is committed, and a parent must stay what it was."""
-    from harness_r1.trainer.model_io import file_sha256
-
-    weights = file_sha256(version / "adapter_model.safetensors")[:12]
+    weights = weights_sha(version)[:12]
     copy = out / "sft-parents" / f"steps-{sft_steps(version):04d}-{weights}"
     if not copy.exists():
         copy.parent.mkdir(parents=True, exist_ok=True)
