@@ -1,6 +1,12 @@
 """Parse an engineer model's output into the Patch contract. Never raises, whatever the input.
 
-Expected: `<think>...</think><patch>{json}</patch>`. Tolerated, because small models drift:
+Expected: `<think>...</think><patch>SECTIONS</patch>` where SECTIONS is the sectioned format of
+`.patch` files (`render_sections`): an optional `# env: NAME` line, `# description: ...`, then
+per hook a line `# === hook: NAME ===` (or `(replace)` / `(remove)`) and its code, as written:
+no quoting, so no escape a small engineer can get wrong (session 10: 36 of 57 invalid proposals
+of the 135M engineer were invalid JSON, code inside a JSON string). The older
+`<patch>{json}</patch>` is still read (larger teachers write JSON well; rows and overlays written
+before keep parsing); a body that starts with `{` is JSON. Tolerated, because small models drift:
 - no think block, or only a closing `</think>` (chat templates that open it in the prompt);
 - leading whitespace and text before `<patch>`; trailing text after `</patch>`; a missing
   `</patch>` (truncated generation: the rest of the text is taken);
@@ -8,7 +14,9 @@ Expected: `<think>...</think><patch>{json}</patch>`. Tolerated, because small mo
 - no `<patch>` tag at all: the first JSON object of the output (after the think block; inside
   a ```json fence if there is one) is taken as a bare patch, and the result notes it;
 - raw newlines and tabs inside JSON strings (code written as it reads instead of escaped as
-  `\\n`: the commonest slip of a small engineer, and unambiguous to decode).
+  `\\n`: the commonest slip of a small engineer, and unambiguous to decode);
+- in sections: free spacing and number of `=` in a section line, a hook's code inside a ```
+  fence, code indented as a whole (dedented), no `<patch>` tag (the sections are taken).
 The JSON is `{"env"?: str, "description": str, "hooks": [{"hook": name, "code": str}, ...]}`;
 the mapping form `{"hooks": {"pre_action": "code", ...}}` is accepted too. The env comes from the
 caller when the JSON has none; when both are given and differ, that is `env_mismatch`.
@@ -21,13 +29,14 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
 
-from harness_r1.contracts import Patch
+from harness_r1.contracts import HookMode, Patch
 
 #: Inputs above this many characters are refused before any parsing.
 MAX_INPUT_CHARS = 200_000
@@ -47,6 +56,91 @@ def dump_patch_json(body: dict[str, Any]) -> str:
     """
     text = json.dumps(body, ensure_ascii=False)
     return _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(0), text)
+
+
+#: A hook section's first line: `# === hook: NAME ===`, or `# === hook: NAME (MODE) ===`. Spaces
+#: and the number of `=` are free: a small engineer drifts on them, never on the meaning.
+SECTION_LINE = re.compile(
+    r"^[ \t]*#[ \t]*=+[ \t]*hook:[ \t]*(\w+)[ \t]*(?:\((\w+)\))?[ \t]*=*[ \t]*$", re.MULTILINE
+)
+_DESCRIPTION = "# description:"
+_CONTINUED = "#   "
+_CODE_FENCE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n(.*?)\n?```[ \t]*\Z", re.DOTALL)
+
+
+class SectionError(ValueError):
+    """Sectioned text that is no patch (no section, an unknown mode, code under `remove`)."""
+
+
+def sectioned(patch: Patch) -> bool:
+    """Whether `render_sections` can write `patch` so that it reads back the same: no hook's code
+    holds a section line or `</patch>` (either would end the hook early)."""
+    return not any(SECTION_LINE.search(h.code) or _PATCH_CLOSE.search(h.code) for h in patch.hooks)
+
+
+def render_sections(patch: Patch, *, with_env: bool = True) -> str:
+    """The sectioned text of `patch` (`.patch` files; the engineer's output without the env,
+    which its caller knows). The description is one line. Raises ValueError when the patch
+    cannot be written this way (`sectioned`)."""
+    if not sectioned(patch):
+        raise ValueError("a hook's code holds a section line or </patch>")
+    lines = [f"# env: {patch.env}"] if with_env else []
+    description = " ".join(patch.description.split())
+    if description:
+        lines.append(f"{_DESCRIPTION} {description}")
+    for hook in patch.hooks:
+        mode = "" if hook.mode == HookMode.ADD else f" ({hook.mode})"
+        lines.append(f"# === hook: {hook.hook}{mode} ===")
+        if hook.code.strip():
+            lines.append(hook.code.rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def read_sections(text: str) -> dict[str, Any]:
+    """The patch dict (`env` only when a `# env:` line gives it) of sectioned text. Raises
+    SectionError. Hook names are left to the contract to check (its message lists them)."""
+    header, *parts = SECTION_LINE.split(text)
+    if not parts:
+        raise SectionError("no '# === hook: NAME ===' section")
+    data: dict[str, Any] = {"description": _header_description(header)}
+    env = re.search(r"^[ \t]*#[ \t]*env:[ \t]*(\S+)", header, re.MULTILINE)
+    if env is not None:
+        data["env"] = env.group(1)
+    hooks = []
+    for name, mode, code in zip(parts[::3], parts[1::3], parts[2::3], strict=True):
+        if mode is not None and mode not in set(HookMode):
+            raise SectionError(f"hook {name}: unknown mode {mode!r} (add, replace or remove)")
+        body = _section_code(code)
+        if mode == HookMode.REMOVE and body:
+            raise SectionError(f"hook {name}: a '(remove)' section carries no code")
+        hooks.append({"hook": name, "code": body, "mode": mode or str(HookMode.ADD)})
+    data["hooks"] = hooks
+    return data
+
+
+def _header_description(header: str) -> str:
+    lines: list[str] = []
+    collecting = False
+    for line in header.splitlines():
+        if line.lstrip().startswith(_DESCRIPTION):
+            collecting = True
+            lines.append(line.lstrip().removeprefix(_DESCRIPTION).strip())
+        elif collecting and line.startswith(_CONTINUED):
+            lines.append(line.removeprefix("#").strip())
+        else:
+            collecting = False
+    return " ".join(lines)
+
+
+def _section_code(code: str) -> str:
+    """A section's code as the contract keeps it: unfenced, dedented, no blank lines around it,
+    one final newline ("" for none)."""
+    stripped = code.strip("\n")
+    fenced = _CODE_FENCE.match(stripped.strip())
+    if fenced is not None:
+        stripped = fenced.group(1)
+    body = textwrap.dedent(stripped).strip()
+    return body + "\n" if body else ""
 
 
 class ParseCode(StrEnum):
@@ -200,16 +294,42 @@ def _parse(text: Any, env: str | None, max_chars: int) -> ParseResult:
             body = rest[opened.end() : closed.start()]
             if rest[closed.end() :].strip():
                 notes.append("text after </patch> ignored")
-        body, fenced = _unfence(body)
-        if fenced:
-            notes.append("fenced JSON")
     else:
-        body, fenced = _unfence(rest)
+        body = rest
+    if _is_sectioned(body):
+        if opened is None:
+            notes.append("bare sections (no <patch> tag)")
+        return _from_sections(body, env, think, notes)
+    return _from_json(body, opened is not None, env, think, notes)
+
+
+def _is_sectioned(body: str) -> bool:
+    return not body.lstrip().startswith("{") and SECTION_LINE.search(body) is not None
+
+
+def _from_sections(body: str, env: str | None, think: str, notes: list[str]) -> ParseResult:
+    try:
+        value = read_sections(body)
+    except SectionError as err:
+        return ParseResult(
+            think=think, code=ParseCode.INVALID_PATCH, message=str(err), notes=tuple(notes)
+        )
+    return _validated(value, env, think, notes)
+
+
+def _from_json(
+    body: str, tagged: bool, env: str | None, think: str, notes: list[str]
+) -> ParseResult:
+    body, fenced = _unfence(body)
+    if tagged and fenced:
+        notes.append("fenced JSON")
+    if not tagged:
         if "{" not in body:
             return ParseResult(
                 think=think,
                 code=ParseCode.NO_PATCH_BLOCK,
-                message="no <patch>...</patch> block and no JSON object in the output",
+                message="no <patch>...</patch> block, no hook section and no JSON object in "
+                "the output",
                 notes=tuple(notes),
             )
         notes.append("bare JSON (no <patch> tag)")
@@ -223,6 +343,10 @@ def _parse(text: Any, env: str | None, max_chars: int) -> ParseResult:
         )
     if trailing:
         notes.append("text after the JSON object ignored")
+    return _validated(value, env, think, notes)
+
+
+def _validated(value: Any, env: str | None, think: str, notes: list[str]) -> ParseResult:
     data, problem, mismatch = _normalise(value, env)
     if data is None:
         return ParseResult(

@@ -9,13 +9,11 @@ examples): header comments `# env: NAME` and `# description: ...` (continued on 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-from harness_r1.contracts import HookCode, HookMode, HookName, Patch
-from harness_r1.sandbox.parse import parse_engineer_output
+from harness_r1.contracts import Patch
+from harness_r1.sandbox.parse import SectionError, parse_engineer_output, read_sections
 
-_SECTION = re.compile(r"^# === hook: (\w+)(?: \((add|replace|remove)\))? ===\s*$", re.MULTILINE)
 REFERENCE_DIR = Path(__file__).parent / "reference_patches"
 
 
@@ -24,35 +22,17 @@ class PatchFileError(ValueError):
 
 
 def parse_sectioned(text: str, source: str = "<patch>") -> Patch:
-    header, *sections = _SECTION.split(text)
-    if not sections:
-        raise PatchFileError(f"{source}: no '# === hook: NAME ===' section")
-    env = re.search(r"^# env: (\S+)", header, re.MULTILINE)
-    if env is None:
+    """The Patch of a `.patch` file (`sandbox.parse.read_sections`, with its env required)."""
+    try:
+        data = read_sections(text)
+    except SectionError as err:
+        raise PatchFileError(f"{source}: {err}") from err
+    if "env" not in data:
         raise PatchFileError(f"{source}: header lacks '# env: NAME'")
-    description_lines = []
-    collecting = False
-    for line in header.splitlines():
-        if line.startswith("# description:"):
-            collecting = True
-            description_lines.append(line.removeprefix("# description:").strip())
-        elif collecting and line.startswith("#   "):
-            description_lines.append(line.removeprefix("#").strip())
-        else:
-            collecting = False
-    hooks = []
-    for name, mode, code in zip(sections[::3], sections[1::3], sections[2::3], strict=True):
-        try:
-            hook = HookName(name)
-        except ValueError as err:
-            raise PatchFileError(f"{source}: unknown hook section {name!r}") from err
-        if mode == HookMode.REMOVE:
-            if code.strip():
-                raise PatchFileError(f"{source}: a '(remove)' section carries no code")
-            hooks.append(HookCode(hook=hook, mode=HookMode.REMOVE))
-            continue
-        hooks.append(HookCode(hook=hook, code=code.strip() + "\n", mode=HookMode(mode or "add")))
-    return Patch(env=env.group(1), description=" ".join(description_lines), hooks=hooks)
+    try:
+        return Patch.model_validate(data)
+    except ValueError as err:
+        raise PatchFileError(f"{source}: {err}") from err
 
 
 def load_patch_file(path: Path, env: str | None = None) -> Patch:

@@ -4,7 +4,7 @@ non-regressive on the frozen target, as SFT examples for the engineer.
 For each packet source (a failure packet from training-split runs plus its real tasks and seeds,
 see `coldstart_sources`):
 1. The teacher writes K proposals in the engineer's output format
-   (`<think>...</think><patch>{json}</patch>`), seeded with `ColdStartConfig.seed`.
+   (`<think>...</think><patch>SECTIONS</patch>`), seeded with `ColdStartConfig.seed`.
 2. Each is parsed and statically checked (`trainer.propose.classify`): a parse failure is
    rejected as `unparseable`, a static rejection as `static:<code>` (the first violation's code).
 3. The valid ones go to the canary together, in one `CanaryRunner.evaluate` call on the packet's

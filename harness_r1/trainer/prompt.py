@@ -53,7 +53,7 @@ from harness_r1.sandbox.hooklib import (
     MATH_EXPORTS,
     RE_EXPORTS,
 )
-from harness_r1.sandbox.parse import dump_patch_json
+from harness_r1.sandbox.parse import dump_patch_json, render_sections, sectioned
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits
 
@@ -159,20 +159,38 @@ class PromptConfig:
 
 # -- the output format ----------------------------------------------------------------------
 
+#: The answer's shape as the system prompt shows it, a line each.
+ANSWER_SHAPE = (
+    "<think>one line</think><patch>",
+    "# description: one line",
+    "# === hook: NAME ===",
+    "def hook(ctx, state):",
+    "    ...",
+    "</patch>",
+)
+
 
 def patch_json(patch: Patch) -> str:
-    """The JSON the engineer writes inside <patch>: description and hooks (the env is implied)."""
+    """The JSON form of a patch inside <patch> (the older output format, still read; used when
+    a patch's code cannot be written in sections): description and hooks, env implied."""
     body = {
         "description": patch.description,
-        "hooks": [{"hook": str(h.hook), "code": h.code} for h in patch.hooks],
+        "hooks": [h.model_dump(mode="json") for h in patch.hooks],
     }
     return dump_patch_json(body)
 
 
 def render_completion(patch: Patch, think: str = "") -> str:
-    """A patch in the exact output format `<think>...</think><patch>{json}</patch>` (what a
-    teacher writes and SFT trains on; `sandbox.parse.parse_engineer_output` reads it back)."""
-    return f"<think>{think.strip()}</think><patch>{patch_json(patch)}</patch>"
+    """A patch in the exact output format (what a teacher writes and SFT trains on;
+    `sandbox.parse.parse_engineer_output` reads it back): `<think>...</think><patch>` then the
+    sections of `sandbox.parse.render_sections` without the env (the caller knows it), then
+    `</patch>`. Code is written as it reads: nothing to escape. A patch whose code holds a
+    section line or `</patch>` is written as JSON instead (`patch_json`)."""
+    if not sectioned(patch):
+        return f"<think>{think.strip()}</think><patch>{patch_json(patch)}</patch>"
+    return (
+        f"<think>{think.strip()}</think><patch>\n{render_sections(patch, with_env=False)}</patch>"
+    )
 
 
 # -- examples -------------------------------------------------------------------------------
@@ -392,15 +410,14 @@ def _rules_section(limits: StaticLimits) -> list[str]:
 def _format_section(hooks: Sequence[HookName]) -> list[str]:
     # the hook names as separate choices: written as one "a|b|c" string, a small engineer
     # copied the whole string as a hook name (session 4's held-out run)
-    names = ", ".join(f'"{h}"' for h in hooks)
+    names = ", ".join(hooks)
     return [
         "## Answer format",
-        'Think briefly, then one patch: <think>...</think><patch>{"description": str, '
-        '"hooks": [{"hook": name, "code": str}]}</patch>',
-        f"name is one of {names}.",
-        "The patch is JSON; code strings keep their newlines as written, other escapes as in "
-        'JSON. Each hook name at most once. Optional per hook: "mode": "add" (default), '
-        '"replace" or "remove", against a live overlay.',
+        "Think briefly, then one patch:",
+        *ANSWER_SHAPE,
+        f"NAME is one of {names}; each hook at most once. The code is plain Python as written, "
+        "nothing quoted or escaped. Against a live overlay a section may be "
+        "`# === hook: NAME (replace) ===` (instead of its hook) or `(remove)` (no code).",
     ]
 
 
@@ -441,7 +458,7 @@ def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: Pro
         for hook, keys in HOOK_EXTRA_CTX.items()
         if hook in config.hooks
     )
-    names = ", ".join(f'"{h}"' for h in config.hooks)
+    names = ", ".join(config.hooks)
     lines = [
         f"You are a harness engineer. A frozen agent fails {env} tasks. Write Python hooks run "
         "around it that make it succeed: task knowledge, fixing invalid actions, breaking loops.",
@@ -452,8 +469,9 @@ def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: Pro
         f"Rules: at most {limits.max_source_chars} chars a hook; no import, while, lambda, class, "
         "with, raise, global, names starting with _, .format; in scope only re, math, "
         "similarity(a, b), closest(text, options, cutoff) and plain builtins.",
-        'Answer: <think>one line</think><patch>{"description": str, "hooks": '
-        f'[{{"hook": name, "code": str}}]}}</patch> with name one of {names}.',
+        "Answer:",
+        *ANSWER_SHAPE,
+        f"with NAME one of {names}, one section per hook, code as plain Python.",
     ]
     for example in examples:
         lines += ["Example:", render_completion(example.patch, example.think)]
@@ -533,7 +551,7 @@ def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> st
     lines += [
         "",
         f"Write one patch for env {packet.env} that makes the target succeed on tasks like "
-        "these. Answer as <think>...</think><patch>{...}</patch>.",
+        "these. Answer as <think>...</think><patch>...</patch>.",
     ]
     return "\n".join(lines)
 
@@ -545,8 +563,9 @@ def _incumbent_lines(packet: FailurePacket) -> list[str]:
     lines = [
         "",
         "## Live overlay (these failures happened with it; your patch is added to it)",
-        'Your hooks run after these ones. Give a hook "mode": "replace" to run instead of the '
-        'live one, "mode": "remove" (no code) to stop it; do not repeat what is already here.',
+        "Your hooks run after these ones. A section `# === hook: NAME (replace) ===` runs "
+        "instead of the live one, `(remove)` (no code) stops it; do not repeat what is already "
+        "here.",
     ]
     for hook in packet.incumbent:
         lines += [f"### {hook.hook} ({hook.links} link{'s' if hook.links > 1 else ''})", hook.code]
@@ -564,8 +583,8 @@ def _lean_incumbent_lines(packet: FailurePacket, config: PromptConfig) -> list[s
         return []
     lines = [
         "",
-        '## Live overlay (your patch is added to it; a hook with "mode": "replace" runs '
-        'instead of the live one, "remove" stops it)',
+        "## Live overlay (your patch is added to it; a section `# === hook: NAME (replace) ===` "
+        "runs instead of the live one, `(remove)` stops it)",
     ]
     for hook in packet.incumbent:
         said = _DOCSTRING.findall(hook.code) or [hook.code.strip().splitlines()[-1].strip()]

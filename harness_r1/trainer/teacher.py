@@ -1,5 +1,5 @@
 """Teachers for the engineer's cold start: something that writes K candidate patches for a
-failure packet, in the engineer's exact output format `<think>...</think><patch>{json}</patch>`.
+failure packet, in the engineer's exact output format `<think>...</think><patch>SECTIONS</patch>`.
 
 The role is `trainer.writers.PatchWriter` (`TemplateWriter` wraps this teacher; an engineer
 model is the other kind). `TemplateTeacher` is the offline teacher: a library of parameterised
@@ -44,8 +44,8 @@ from typing import Any
 
 from harness_r1.contracts import FailurePacket, HookCode, HookMode, HookName, Patch
 from harness_r1.sandbox.intake import check
-from harness_r1.sandbox.parse import dump_patch_json
 from harness_r1.sandbox.static import StaticLimits
+from harness_r1.trainer.prompt import render_completion
 from harness_r1.trainer.templates import TEMPLATES, templates_for
 from harness_r1.trainer.templates.base import (
     Features,
@@ -169,13 +169,9 @@ class TeacherConfig:
 
 
 def format_output(think: str, patch: Patch) -> str:
-    """The engineer output format: `<think>...</think><patch>{json}</patch>`."""
-    body = {
-        "env": patch.env,
-        "description": patch.description,
-        "hooks": [{"hook": str(h.hook), "code": h.code} for h in patch.hooks],
-    }
-    return f"<think>{think}</think><patch>{dump_patch_json(body)}</patch>"
+    """The engineer output format (`trainer.prompt.render_completion`): what the engineer is
+    taught to write, so the teacher's rows are SFT targets as they are."""
+    return render_completion(patch, think)
 
 
 def library_table() -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """The one role "writes patches": K candidate patches for a failure packet, in the engineer's
-output format (`<think>...</think><patch>{json}</patch>`), as EngineerSamples.
+output format (`<think>...</think><patch>SECTIONS</patch>`), as EngineerSamples.
 
 Two kinds fill it: the template teacher (no model; the cold start's teacher and the daemon's
 embedded default before any engineer is trained) and an engineer model behind a backend

@@ -8,13 +8,15 @@ from typing import Any
 
 import pytest
 
-from harness_r1.contracts import HookName, Patch
+from harness_r1.contracts import HookCode, HookMode, HookName, Patch
 from harness_r1.sandbox.parse import (
     MAX_INPUT_CHARS,
     ParseCode,
     ParseResult,
     dump_patch_json,
     parse_engineer_output,
+    render_sections,
+    sectioned,
 )
 
 CODE = "def hook(ctx, state):\n    return None\n"
@@ -312,3 +314,87 @@ def test_dump_patch_json_writes_raw_newlines_and_reads_back_exactly() -> None:
     assert json.loads(text, strict=False) == body
     patch = ok(parse_engineer_output(f"<think>t</think><patch>{text}</patch>", "alfworld"))
     assert patch.code_for(HookName.PRE_ACTION) == code
+
+
+# -- the sectioned format -----------------------------------------------------------------------
+
+QUOTING = (
+    'def hook(ctx, state):\n    """Doc."""\n'
+    '    return {"effect": "hint", "text": "a \\"b\\" \\n c"}\n'
+)
+SECTIONS = f"# description: quotes and escapes\n# === hook: post_feedback ===\n{QUOTING}"
+
+
+def test_sections_are_read_with_code_as_written() -> None:
+    result = parse_engineer_output(f"<think>t</think><patch>\n{SECTIONS}</patch>", "webshop")
+    patch = ok(result)
+    assert patch.env == "webshop" and patch.description == "quotes and escapes"
+    assert patch.code_for(HookName.POST_FEEDBACK) == QUOTING  # no escape was decoded
+    assert result.notes == ()
+
+
+def test_render_sections_round_trips_modes_and_multiline_descriptions() -> None:
+    patch = Patch(
+        env="dbbench",
+        description="two  lines\nof text",
+        hooks=[
+            HookCode(hook=HookName.PRE_ACTION, code=CODE, mode=HookMode.REPLACE),
+            HookCode(hook=HookName.POST_FEEDBACK, mode=HookMode.REMOVE),
+            HookCode(hook=HookName.EPISODE_START, code=QUOTING),
+        ],
+    )
+    text = render_sections(patch, with_env=False)
+    assert "# env:" not in text and "# === hook: pre_action (replace) ===" in text
+    back = ok(parse_engineer_output(f"<think>t</think><patch>{text}</patch>", "dbbench"))
+    assert back == patch.model_copy(update={"description": "two lines of text"})
+    with_env = render_sections(patch)
+    assert ok(parse_engineer_output(with_env)).env == "dbbench"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "note"),
+    [
+        ("loose_section_line", "<patch>\n#=== hook:post_feedback  ==\n" + QUOTING, None),
+        ("fenced_code", f"<patch>\n# === hook: post_feedback ===\n```python\n{QUOTING}```\n", None),
+        (
+            "indented_code",
+            "<patch># === hook: post_feedback ===\n    " + QUOTING.replace("\n    ", "\n        "),
+            None,
+        ),
+        ("bare_sections", f"Here is my patch.\n{SECTIONS}", "bare sections"),
+        ("truncated", f"<think>t</think><patch>{SECTIONS}", "no </patch>"),
+    ],
+)
+def test_sections_tolerate_drift(name: str, text: str, note: str | None) -> None:
+    result = parse_engineer_output(text, "webshop")
+    patch = ok(result)
+    assert patch.code_for(HookName.POST_FEEDBACK) == QUOTING, name
+    if note is not None:
+        assert any(note in n for n in result.notes), result.notes
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "message"),
+    [
+        ("# === hook: pre_act ===\n" + CODE, ParseCode.INVALID_PATCH, "hooks.0.hook"),
+        ("# === hook: pre_action (swap) ===\n" + CODE, ParseCode.INVALID_PATCH, "unknown mode"),
+        ("# === hook: pre_action (remove) ===\n" + CODE, ParseCode.INVALID_PATCH, "no code"),
+        (
+            "# env: alfworld\n# === hook: pre_action ===\n" + CODE,
+            ParseCode.ENV_MISMATCH,
+            "alfworld",
+        ),
+        ("# description: only\n" + CODE, ParseCode.INVALID_JSON, "no JSON object"),
+    ],
+)
+def test_broken_sections_have_stable_codes(text: str, code: ParseCode, message: str) -> None:
+    result = parse_engineer_output(f"<think>t</think><patch>{text}</patch>", "webshop")
+    assert result.code == code and message in result.message, (result.code, result.message)
+
+
+def test_code_that_would_end_a_section_is_not_sectioned() -> None:
+    for code in (CODE + "# === hook: pre_action ===\n", CODE + "# '</patch>'\n"):
+        patch = Patch(env="webshop", hooks=[HookCode(hook=HookName.PRE_ACTION, code=code)])
+        assert not sectioned(patch)
+        with pytest.raises(ValueError, match="section line"):
+            render_sections(patch)

@@ -312,9 +312,9 @@ def test_the_live_overlay_is_shown_with_how_to_add_replace_or_remove() -> None:
     )
     system, user = engineer_messages(live)
     text = user["content"]
-    assert "## Live overlay" in text and '"mode": "replace"' in text
+    assert "## Live overlay" in text and "# === hook: NAME (replace) ===" in text
     assert "### pre_decision (1 link)\n# link 1 of 1\n" + note.strip() in text
-    assert '"replace"' in system["content"]  # the answer format names the modes
+    assert "(replace) ===" in system["content"]  # the answer format names the modes
     _, base_user = engineer_messages(build_packet([_trajectory(i) for i in range(6)]))
     assert "Live overlay" not in base_user["content"]
 
@@ -664,7 +664,7 @@ def test_the_lean_packet_names_what_each_live_hook_does_instead_of_its_code() ->
     assert "x = 1" in full and "x = 1" not in lean  # the code stays out of the lean prompt
     assert "- pre_action (1 link): Veto a repeated SQL statement." in lean
     assert "- pre_decision (1 link): return 'Use SQL.'" in lean  # no docstring: its last line
-    assert '"mode": "replace"' in lean and '"remove"' in lean
+    assert "(replace) ===" in lean and "(remove)" in lean
     assert lean.count("\n### ") == LEAN.lean_episodes  # hooks are not episode headers
 
 

@@ -210,8 +210,8 @@ def test_proposals_parse_pass_static_checks_and_are_deterministic(env: str) -> N
         assert texts == teacher.propose(packet, 4, seed=7)
         assert len(set(texts)) > 1
         for text in texts:
-            assert text.startswith("<think>") and "</think><patch>{" in text
-            assert text.endswith("}</patch>")
+            assert text.startswith("<think>") and "</think><patch>\n# description: " in text
+            assert text.endswith("\n</patch>")
             parsed = parse_engineer_output(text, env=env)
             assert parsed.ok, parsed.message
             assert parsed.patch is not None and parsed.patch.env == env
