@@ -260,6 +260,10 @@ FRAGMENTS = [
     "\n",
     " ",
     "def hook(ctx, state):",
+    "# === hook: ",
+    "(remove) ===",
+    "# env: webshop\n",
+    "# description:",
     '"description"',
     "\x00",
     "\ud800",
@@ -288,9 +292,18 @@ def test_never_raises_on_random_input() -> None:
         json.dumps(result.to_dict())
 
 
-def test_never_raises_on_mutated_valid_output() -> None:
+@pytest.mark.parametrize(
+    "base",
+    [
+        f"<think>plan</think><patch>```json\n{PATCH_JSON}\n```</patch>",
+        "<think>plan</think><patch>\n# description: d\n# === hook: pre_action ===\n"
+        f"{CODE}# === hook: post_feedback (replace) ===\n{CODE}</patch>",
+    ],
+    ids=["json", "sections"],
+)
+def test_never_raises_on_mutated_valid_output(base: str) -> None:
     rng = random.Random(7)
-    base = f"<think>plan</think><patch>```json\n{PATCH_JSON}\n```</patch>"
+    assert parse_engineer_output(base, "alfworld").ok
     for _ in range(2000):
         chars: list[Any] = list(base)
         for _ in range(rng.randint(1, 6)):
