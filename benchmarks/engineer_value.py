@@ -76,8 +76,10 @@ COMMITTED = Path(__file__).parent / "results" / "engineer_value"
 #: (session 2026-12-05 (8): the 135M engineer loops or breaks the JSON), far from the issue's
 #: 80%; raising SFT_EPOCHS extends the run from its last checkpoint (the run is asked for a
 #: step budget, epochs x steps an epoch, and `train sft` resumes a run whose budget grew), or
-#: continues the committed engineer from its adapter, and publishes a new version
-SFT_EPOCHS = 3
+#: continues the committed engineer from its adapter, and publishes a new version. Since the
+#: sectioned output format (session 11) the SFT starts from WARM_START, the three epochs of the
+#: same rows written as JSON, and trains SFT_EPOCHS more on the rows as written now
+SFT_EPOCHS = 1
 #: bf16 autocast on CPU: 1.39x as fast a step as fp32 on an AMD EPYC with AVX512-BF16, the
 #: loss the same to 1% (benchmarks/train_precision.py; BENCHMARKS.md "Training in bf16 on CPU");
 #: the first 212 steps of the committed engineer were fp32
@@ -385,7 +387,8 @@ def source_tasks(source: Any) -> tuple[str, ...]:
 def merge_coldstart(envs: list[str], out: Path) -> int:
     """All envs' kept rows in one SFT dataset (env order, then file order: deterministic), each
     prompt rebuilt from its packet by the current lean prompt (what the engineer will read at
-    evaluation and in GRPO, even if the prompt changed since the rows were written)."""
+    evaluation and in GRPO, even if the prompt changed since the rows were written) and each
+    completion written in the current output format (`current_format`)."""
     from harness_r1.contracts import FailurePacket
     from harness_r1.trainer.prompt import PromptConfig, engineer_messages
 
@@ -398,12 +401,27 @@ def merge_coldstart(envs: list[str], out: Path) -> int:
         }
         for row in trajectories(folder / "dataset.jsonl"):
             packet = packets[row["metadata"]["packet_id"]]
-            rows.append(
-                {**row, "prompt": engineer_messages(packet, config=PromptConfig(lean=True))}
-            )
+            prompt = engineer_messages(packet, config=PromptConfig(lean=True))
+            completion = current_format(row["completion"], env)
+            rows.append({**row, "prompt": prompt, "completion": completion})
     path = out / "engineer-coldstart.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return len(rows)
+
+
+def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str, str]]:
+    """A teacher's completion written in the current output format (`render_completion`): the
+    committed rows were written as `<patch>{json}</patch>`, before the sectioned format. The
+    patch and the think line are the same (asserted); only how the patch is written changes."""
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.trainer.prompt import render_completion
+
+    parsed = parse_engineer_output(completion[-1]["content"], env=env)
+    assert parsed.patch is not None, f"{env}: a committed row does not parse: {parsed.message}"
+    text = render_completion(parsed.patch, parsed.think)
+    again = parse_engineer_output(text, env=env)
+    assert again.patch == parsed.patch and again.think == parsed.think, "format changed a patch"
+    return [*completion[:-1], {**completion[-1], "content": text}]
 
 
 def heldout_runs(env: str, out: Path, log: Path) -> Path:
@@ -417,6 +435,10 @@ def heldout_runs(env: str, out: Path, log: Path) -> Path:
 #: the SFT engineer kept in the repository (adapter, tokenizer, metadata: ~10 MB, no task
 #: data), so a later session goes on to GRPO without an hour of restore and SFT
 COMMITTED_SFT = COMMITTED / "sft-engineer"
+#: the engineer of the JSON output format (318 steps: three epochs over the same rows, written
+#: as `<patch>{json}</patch>`), committed in session 10: the SFT of the sectioned format starts
+#: from it, the same patches written another way, instead of from the base model
+WARM_START = COMMITTED / "sft-engineer-json"
 
 
 def rows_digest(dataset: Path) -> str:
@@ -473,10 +495,15 @@ def parent_steps(version: Path) -> int:
 
 
 def sft_steps_planned(dataset: Path) -> int:
-    """Optimizer steps of SFT_EPOCHS over `dataset` (rows / batch, rounded up, an epoch)."""
+    """Optimizer steps of the SFT engineer: WARM_START's, then SFT_EPOCHS over `dataset`
+    (rows / batch, rounded up, an epoch)."""
     batch = int(SFT_ARGS[SFT_ARGS.index("--batch-size") + 1])
     rows = len(trajectories(dataset))
-    return SFT_EPOCHS * -(-rows // batch)
+    return warm_steps() + SFT_EPOCHS * -(-rows // batch)
+
+
+def warm_steps() -> int:
+    return sft_steps(WARM_START) if WARM_START.exists() else 0
 
 
 def commit_sft(version: Path, dataset: Path) -> None:
@@ -535,13 +562,14 @@ def stage_sft(envs: list[str], out: Path, log: Path) -> Path:
     run key: the same command continues from the last checkpoint, and a run with fewer steps
     than SFT_EPOCHS now ask for is extended (a new version). An engineer whose run is not on
     this host (the committed one) is continued from its adapter: a new run (its learning-rate
-    schedule starts again) for the steps still missing."""
+    schedule starts again) for the steps still missing. A first run starts from WARM_START."""
     from harness_r1.trainer.versions import read_metadata
 
     planned = sft_steps_planned(out / "engineer-coldstart.jsonl")
     version = sft_version(out)
     if version is None:
-        run(sft_command(out, None, planned), log)
+        warm = snapshot(WARM_START, out) if WARM_START.exists() else None
+        run(sft_command(out, warm, planned - warm_steps()), log)
     elif sft_steps(version) < planned:
         meta = read_metadata(version)
         parent = Path(meta["parent_path"]) if meta.get("parent_path") else None
