@@ -417,10 +417,12 @@ def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str,
     from harness_r1.trainer.prompt import render_completion
 
     parsed = parse_engineer_output(completion[-1]["content"], env=env)
-    assert parsed.patch is not None, f"{env}: a committed row does not parse: {parsed.message}"
+    if parsed.patch is None:
+        raise ValueError(f"{env}: a committed row does not parse: {parsed.message}")
     text = render_completion(parsed.patch, parsed.think)
     again = parse_engineer_output(text, env=env)
-    assert again.patch == parsed.patch and again.think == parsed.think, "format changed a patch"
+    if again.patch != parsed.patch or again.think != parsed.think:
+        raise ValueError(f"{env}: the current format changed a row's patch or think line")
     return [*completion[:-1], {**completion[-1], "content": text}]
 
 
@@ -503,6 +505,7 @@ def sft_steps_planned(dataset: Path) -> int:
 
 
 def warm_steps() -> int:
+    """Optimizer steps behind WARM_START (0 without one: the SFT starts from the base model)."""
     return sft_steps(WARM_START) if WARM_START.exists() else 0
 
 
@@ -623,8 +626,10 @@ def validity(
 
 
 def stage_sft_curve(envs: list[str], out: Path, log: Path) -> list[dict[str, Any]]:
-    """Stage 4b: the held-out valid fraction of the untrained engineer and of every SFT
-    checkpoint, per env and pooled, with Wilson 95% intervals."""
+    """Stage 4b: the held-out valid fraction of the engineer the SFT run started from (the base
+    model, or WARM_START) and of every SFT checkpoint, per env and pooled, with Wilson 95%
+    intervals. Each point's result is kept under the adapter's weights (a later run from
+    other weights at the same step count measures again)."""
     from harness_r1.trainer.versions import read_metadata
 
     version = stage_sft(envs, out, log)
@@ -636,7 +641,8 @@ def stage_sft_curve(envs: list[str], out: Path, log: Path) -> list[dict[str, Any
     ]
     curve = []
     for step, adapter in points:
-        per_env = {env: validity(env, adapter, f"step{step:04d}", out, log) for env in envs}
+        name = f"step{step:04d}" + ("" if adapter is None else f"-{weights_sha(adapter)[:8]}")
+        per_env = {env: validity(env, adapter, name, out, log) for env in envs}
         curve.append({"step": step, **pooled_validity(per_env)})
     return curve
 
@@ -1226,10 +1232,10 @@ def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
     K each): does sampling, not training, hold validity back? Pooled with Wilson 95%."""
     version = sft_version(out)
     assert version is not None, "stage 4 (SFT) first"
-    rows = []
+    rows, name = [], f"sft-{weights_sha(version)[:8]}"  # results kept per weights
     for temperature in SWEEP_TEMPERATURES:
         per_env = {
-            env: validity(env, version, "sft", out, log, temperature, packets) for env in envs
+            env: validity(env, version, name, out, log, temperature, packets) for env in envs
         }
         row = {"temperature": temperature, "steps": sft_steps(version), **pooled_validity(per_env)}
         rows.append(row)
@@ -1237,9 +1243,9 @@ def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
         each = ", ".join(f"{env} {s['valid']}/{s['proposals']}" for env, s in per_env.items())
         print(f"temperature {temperature}: {row['valid']}/{row['proposals']} "
               f"[{low:.0%}, {high:.0%}] {each}")  # fmt: skip
-    name = f"results-sampling-p{packets}.json"
-    (out / name).write_text(json.dumps(rows, indent=2) + "\n")
-    (COMMITTED / name).write_text(json.dumps(rows, indent=2) + "\n")
+    results = f"results-sampling-p{packets}.json"
+    (out / results).write_text(json.dumps(rows, indent=2) + "\n")
+    (COMMITTED / results).write_text(json.dumps(rows, indent=2) + "\n")
 
 
 def main() -> None:

@@ -47,8 +47,9 @@ _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 
 
 def dump_patch_json(body: dict[str, Any]) -> str:
-    """The patch JSON as engineers are taught to write it: `json.dumps` with the `\\n` escapes
-    of strings written as raw newlines, so each hook's code reads as Python, line by line.
+    """The patch JSON as engineers were taught to write it before the sectioned format (and
+    still the fallback of `trainer.prompt.render_completion`): `json.dumps` with the `\\n`
+    escapes of strings written as raw newlines, so each hook's code reads as Python.
 
     Why: a 135M engineer garbled escaped code (session 4: 7 of 8 samples invalid JSON); raw
     newlines are what it saw in pretraining. `parse_engineer_output` reads this (its decoder is
@@ -59,10 +60,14 @@ def dump_patch_json(body: dict[str, Any]) -> str:
 
 
 #: A hook section's first line: `# === hook: NAME ===`, or `# === hook: NAME (MODE) ===`. Spaces
-#: and the number of `=` are free: a small engineer drifts on them, never on the meaning.
+#: and the number of `=` are free: a small engineer drifts on them, never on the meaning. Each
+#: run of spaces has one place it can match (no backtracking blow-up on hostile input: tested
+#: on a 200k-character line).
 SECTION_LINE = re.compile(
-    r"^[ \t]*#[ \t]*=+[ \t]*hook:[ \t]*(\w+)[ \t]*(?:\((\w+)\))?[ \t]*=*[ \t]*$", re.MULTILINE
+    r"^[ \t]*#[ \t]*=+[ \t]*hook:[ \t]*(\w+)[ \t]*(?:\((\w+)\)[ \t]*)?(?:=+[ \t]*)?$",
+    re.MULTILINE,
 )
+_MODES = frozenset(HookMode)
 _DESCRIPTION = "# description:"
 _CONTINUED = "#   "
 _CODE_FENCE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n(.*?)\n?```[ \t]*\Z", re.DOTALL)
@@ -73,17 +78,31 @@ class SectionError(ValueError):
 
 
 def sectioned(patch: Patch) -> bool:
-    """Whether `render_sections` can write `patch` so that it reads back the same: no hook's code
-    holds a section line or `</patch>` (either would end the hook early)."""
-    return not any(SECTION_LINE.search(h.code) or _PATCH_CLOSE.search(h.code) for h in patch.hooks)
+    """Whether `render_sections` writes `patch` so that it reads back equal: code as the contract
+    keeps it after `read_sections` (dedented, no blank lines around it, one final newline),
+    no section line inside a hook's code, no `</patch>` anywhere (it would end the block)."""
+    text = _sections_text(patch, with_env=True)
+    if _PATCH_CLOSE.search(text):
+        return False
+    try:
+        return Patch.model_validate(read_sections(text)) == patch
+    except ValueError:  # SectionError, or a contract error: not this patch
+        return False
 
 
 def render_sections(patch: Patch, *, with_env: bool = True) -> str:
     """The sectioned text of `patch` (`.patch` files; the engineer's output without the env,
     which its caller knows). The description is one line. Raises ValueError when the patch
-    cannot be written this way (`sectioned`)."""
+    would not read back equal (`sectioned`)."""
     if not sectioned(patch):
-        raise ValueError("a hook's code holds a section line or </patch>")
+        raise ValueError(
+            "the patch does not read back equal in sections (a section line or </patch> in it, "
+            "or code not as the sections keep it)"
+        )
+    return _sections_text(patch, with_env=with_env)
+
+
+def _sections_text(patch: Patch, *, with_env: bool) -> str:
     lines = [f"# env: {patch.env}"] if with_env else []
     description = " ".join(patch.description.split())
     if description:
@@ -107,8 +126,9 @@ def read_sections(text: str) -> dict[str, Any]:
     if env is not None:
         data["env"] = env.group(1)
     hooks = []
-    for name, mode, code in zip(parts[::3], parts[1::3], parts[2::3], strict=True):
-        if mode is not None and mode not in set(HookMode):
+    for name, written_mode, code in zip(parts[::3], parts[1::3], parts[2::3], strict=True):
+        mode = None if written_mode is None else written_mode.lower()
+        if mode is not None and mode not in _MODES:
             raise SectionError(f"hook {name}: unknown mode {mode!r} (add, replace or remove)")
         body = _section_code(code)
         if mode == HookMode.REMOVE and body:
@@ -119,6 +139,7 @@ def read_sections(text: str) -> dict[str, Any]:
 
 
 def _header_description(header: str) -> str:
+    """The `# description:` line with its `#   ` continuation lines, joined by spaces."""
     lines: list[str] = []
     collecting = False
     for line in header.splitlines():
@@ -214,7 +235,7 @@ def _decode_object(body: str) -> tuple[Any, str | None, bool]:
     """(value, error message, trailing text present) for the first JSON object in body."""
     start = 0 if body.startswith("[") else body.find("{")
     if start < 0:
-        return None, "no JSON object found (expected '{')", False
+        return None, "no hook section ('# === hook: NAME ===') and no JSON object ('{')", False
     try:
         value, end = _DECODER.raw_decode(body, start)
     except json.JSONDecodeError as err:
@@ -304,7 +325,13 @@ def _parse(text: Any, env: str | None, max_chars: int) -> ParseResult:
 
 
 def _is_sectioned(body: str) -> bool:
-    return not body.lstrip().startswith("{") and SECTION_LINE.search(body) is not None
+    """Sections, not JSON: a section line comes before any `{` (JSON whose code holds a line
+    like a section's, fenced or after prose, stays JSON)."""
+    section = SECTION_LINE.search(body)
+    if section is None:
+        return False
+    brace = body.find("{")
+    return brace < 0 or section.start() < brace
 
 
 def _from_sections(body: str, env: str | None, think: str, notes: list[str]) -> ParseResult:

@@ -8,7 +8,7 @@ equal, so zero advantage and no gradient: validity itself cannot be learned from
 layers, so a group of a missing block and a bad JSON string still ranks its samples:
 
   no patch block / too large        1.0   x invalid_reward
-  JSON does not decode              0.75
+  no hook section, JSON undecodable 0.75
   JSON is not a patch for this env  0.5
   a static check refused it         0.25
   the runner's validator refused it 0.25

@@ -346,10 +346,10 @@ def test_sections_are_read_with_code_as_written() -> None:
     assert result.notes == ()
 
 
-def test_render_sections_round_trips_modes_and_multiline_descriptions() -> None:
+def test_render_sections_round_trips_modes() -> None:
     patch = Patch(
         env="dbbench",
-        description="two  lines\nof text",
+        description="one line of text",
         hooks=[
             HookCode(hook=HookName.PRE_ACTION, code=CODE, mode=HookMode.REPLACE),
             HookCode(hook=HookName.POST_FEEDBACK, mode=HookMode.REMOVE),
@@ -359,7 +359,7 @@ def test_render_sections_round_trips_modes_and_multiline_descriptions() -> None:
     text = render_sections(patch, with_env=False)
     assert "# env:" not in text and "# === hook: pre_action (replace) ===" in text
     back = ok(parse_engineer_output(f"<think>t</think><patch>{text}</patch>", "dbbench"))
-    assert back == patch.model_copy(update={"description": "two lines of text"})
+    assert back == patch
     with_env = render_sections(patch)
     assert ok(parse_engineer_output(with_env)).env == "dbbench"
 
@@ -411,3 +411,57 @@ def test_code_that_would_end_a_section_is_not_sectioned() -> None:
         assert not sectioned(patch)
         with pytest.raises(ValueError, match="section line"):
             render_sections(patch)
+
+
+def test_a_long_run_of_spaces_does_not_stall_the_section_search() -> None:
+    import time
+
+    started = time.perf_counter()
+    for text in ("#=hook:a" + " " * 200_000 + "x", "# === hook: pre_action" + " \t" * 99_000):
+        parse_engineer_output(f"<patch>{text}</patch>", "webshop")
+    assert time.perf_counter() - started < 2.0
+
+
+SECTION_IN_CODE = "def hook(ctx, state):\n    # === hook: pre_action ===\n    return None\n"
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        "<patch>```json\n{}\n```</patch>",
+        "Here it is: {}",
+        "<patch>{}</patch>",
+    ],
+    ids=["fenced", "after_prose", "tagged"],
+)
+def test_json_whose_code_holds_a_section_line_stays_json(wrap: str) -> None:
+    body = {"description": "d", "hooks": [{"hook": "pre_action", "code": SECTION_IN_CODE}]}
+    text = wrap.replace("{}", dump_patch_json(body))
+    assert ok(parse_engineer_output(text, "webshop")).code_for(HookName.PRE_ACTION) == (
+        SECTION_IN_CODE
+    )
+
+
+@pytest.mark.parametrize(
+    ("description", "code"),
+    [
+        ("d", "    def hook(ctx, state):\n        return None\n"),  # indented as a whole
+        ("d", CODE + "\n\n"),  # trailing blank lines
+        ("d", CODE.rstrip("\n")),  # no final newline
+        ("ends </patch> here", CODE),
+        ("two  spaces\nand a newline", CODE),  # the sections keep one line, single-spaced
+    ],
+)
+def test_patches_the_sections_would_change_are_not_sectioned(description: str, code: str) -> None:
+    patch = Patch(
+        env="webshop",
+        description=description,
+        hooks=[HookCode(hook=HookName.PRE_ACTION, code=code)],
+    )
+    assert not sectioned(patch)
+
+
+def test_modes_are_read_in_any_case() -> None:
+    text = "<patch># === hook: pre_action (REPLACE) ===\n" + CODE + "</patch>"
+    patch = ok(parse_engineer_output(text, "webshop"))
+    assert patch.hooks[0].mode == HookMode.REPLACE

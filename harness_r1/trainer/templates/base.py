@@ -395,9 +395,11 @@ def _requote(token: str) -> str:
 def prefer_single_quotes(code: str) -> str:
     """The code with its string literals in single quotes where that changes nothing.
 
-    Why: the engineer writes code inside a JSON string, where every `"` costs an escape (`\\"`);
-    a 135M engineer copies the teacher's code and garbles those escapes. The result is checked
-    to parse to the same syntax tree; if not (or the code does not tokenize) the code is kept.
+    Why: engineers wrote code inside a JSON string, where every `"` costs an escape (`\\"`), and
+    a 135M engineer garbled those escapes; the sectioned format needs none, and the committed
+    cold-start rows were written this way, so it stays (a patch written as JSON still needs it).
+    The result is checked to parse to the same syntax tree; if not (or the code does not
+    tokenize) the code is kept.
     """
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
