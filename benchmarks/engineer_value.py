@@ -683,8 +683,9 @@ def plot_sft(curve: list[dict[str, Any]], version: Path, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     steps = [point["step"] for point in curve]
     pooled = [point["valid_fraction"] for point in curve]
-    low = [f - point["ci"][0] for f, point in zip(pooled, curve, strict=True)]
-    high = [point["ci"][1] - f for f, point in zip(pooled, curve, strict=True)]
+    # clamped: at 0 valid the Wilson bound is 0 up to rounding (-1e-17 fails errorbar)
+    low = [max(0.0, f - point["ci"][0]) for f, point in zip(pooled, curve, strict=True)]
+    high = [max(0.0, point["ci"][1] - f) for f, point in zip(pooled, curve, strict=True)]
     left.errorbar(steps, pooled, yerr=[low, high], marker="o", capsize=3, label="all envs")
     for env in curve[0]["per_env"]:
         fractions = [p["per_env"][env]["valid"] / p["per_env"][env]["proposals"] for p in curve]
