@@ -784,7 +784,7 @@ def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
     ]
     for folder in (out, COMMITTED):
         (folder / "results-grpo-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
-    plot_grpo(curve, out / "grpo-curve.png")
+        plot_grpo(curve, folder / "grpo-curve.png")
     return curve
 
 
