@@ -53,7 +53,7 @@ from harness_r1.sandbox.hooklib import (
     MATH_EXPORTS,
     RE_EXPORTS,
 )
-from harness_r1.sandbox.parse import dump_patch_json, render_sections, sectioned
+from harness_r1.sandbox.parse import dump_patch_json, render_sections
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits
 
@@ -186,11 +186,11 @@ def render_completion(patch: Patch, think: str = "") -> str:
     sections of `sandbox.parse.render_sections` without the env (the caller knows it), then
     `</patch>`. Code is written as it reads: nothing to escape. A patch whose code holds a
     section line or `</patch>` is written as JSON instead (`patch_json`)."""
-    if not sectioned(patch):
-        return f"<think>{think.strip()}</think><patch>{patch_json(patch)}</patch>"
-    return (
-        f"<think>{think.strip()}</think><patch>\n{render_sections(patch, with_env=False)}</patch>"
-    )
+    try:
+        body = "\n" + render_sections(patch, with_env=False)
+    except ValueError:  # it would not read back equal in sections
+        body = patch_json(patch)
+    return f"<think>{think.strip()}</think><patch>{body}</patch>"
 
 
 # -- examples -------------------------------------------------------------------------------

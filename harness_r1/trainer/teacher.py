@@ -60,7 +60,6 @@ __all__ = [
     "TeacherConfig",
     "TemplateChoice",
     "TemplateTeacher",
-    "format_output",
     "library_table",
     "templates_in",
 ]
@@ -166,12 +165,6 @@ class TeacherConfig:
             raise ValueError("max_templates and max_per_hook must be within 1..3")
         if self.attempts < 1 or self.top_first < 1:
             raise ValueError("attempts and top_first must be >= 1")
-
-
-def format_output(think: str, patch: Patch) -> str:
-    """The engineer output format (`trainer.prompt.render_completion`): what the engineer is
-    taught to write, so the teacher's rows are SFT targets as they are."""
-    return render_completion(patch, think)
 
 
 def library_table() -> list[dict[str, Any]]:
@@ -381,7 +374,7 @@ class TemplateTeacher:
     ) -> Proposal:
         think = _think(features, choices)
         return Proposal(
-            text=format_output(think, patch),
+            text=render_completion(patch, think),
             patch=patch,
             think=think,
             choices=tuple(choices),

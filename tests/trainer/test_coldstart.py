@@ -50,8 +50,7 @@ from harness_r1.trainer.coldstart_sources import (
     sources_from_trajectories,
 )
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.prompt import engineer_messages
-from harness_r1.trainer.teacher import format_output
+from harness_r1.trainer.prompt import engineer_messages, render_completion
 from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
@@ -240,7 +239,7 @@ def test_template_teacher_dataset(world: dict[str, Any], tmp_path: Path) -> None
 
 def _output(code: dict[HookName, str], description: str) -> str:
     hooks = [HookCode(hook=hook, code=text) for hook, text in code.items()]
-    return format_output("Test double.", Patch(env=ENV, description=description, hooks=hooks))
+    return render_completion(Patch(env=ENV, description=description, hooks=hooks), "Test double.")
 
 
 class ScriptedTeacher:
