@@ -214,12 +214,18 @@ def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
     """Packets of 4 from 8 runs: each packet's guard is the other packet's 4 tasks. The shopper
     gains on the batch and on the guard (promoted, its patch kept); a hook that does nothing
     has delta 0 (rejected, no guard run for it); with a guard minimum above the 4 tasks the
-    shopper is inconclusive, not promoted."""
+    shopper is inconclusive, not promoted. Trajectory ids follow run order, so a packet's
+    canary batch (its runs sorted by id) is in pool order and the second packet's guard is
+    exactly the first packet's canary batch: its baseline comes from the cache (random ids
+    made that hit depend on how 4 uuids happened to sort, 1 run in 24)."""
     root = Settings().data_root()
     run = _runtime(root)
     tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
     trajectories = run.run(
-        [EpisodeSpec(task=t, seed=i, hooks=NoHooks()) for i, t in enumerate(tasks)]
+        [
+            EpisodeSpec(task=t, seed=i, hooks=NoHooks(), trajectory_id=f"run-{i}")
+            for i, t in enumerate(tasks)
+        ]
     )
     index = TaskIndex("webshop", root)
     sources = sources_from_trajectories(trajectories, index, SourceConfig(batch_size=4))
@@ -267,7 +273,8 @@ def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
         assert shopper_sample["verdict"] == "promote" and shopper_sample["delta"] > 0
         assert Patch.model_validate(shopper_sample["patch"]).hooks == shopper.hooks
         assert idle_sample["verdict"] == "reject" and "patch" not in idle_sample
-        # the guard ran the other packet's 4 tasks: its baseline and the shopper only
-        assert packet.guard_episodes == 4 + 4
+    # the guard ran the other packet's 4 tasks: the first packet's guard its baseline and the
+    # shopper; the second's the shopper only (its baseline is the first packet's canary's)
+    assert [p.guard_episodes for p in gated.packets] == [4 + 4, 4]
     assert too_small.summary()["verdicts"] == {"inconclusive": 1, "reject": 1}
     assert too_small.summary()["promoted"] == 0
