@@ -59,6 +59,8 @@ SPLITS = {
     "dbbench": ("standard", "dev"),
     "webshop": ("fixed_train", "fixed_heldout"),
 }
+#: the envs of a run, in the order `--envs` defaults to (the merged cold start's row order)
+DEFAULT_ENVS = ("webshop", "dbbench", "alfworld")
 TRAIN_TASKS = {"alfworld": 16, "dbbench": 16, "webshop": 16}
 HELDOUT_TASKS = {"alfworld": 20, "dbbench": 20, "webshop": 20}
 #: the frozen target as in the demo and the CPU engineer runs: SmolLM2-135M greedy
@@ -85,9 +87,17 @@ SFT_EPOCHS = 1
 #: the first 212 steps of the committed engineer were fp32
 SFT_ARGS = ["--batch-size", "2", "--learning-rate", "4e-4",
             "--save-steps", "25", "--keep-checkpoints", "0", "--cpu-bf16"]  # fmt: skip
-#: how every engineer samples on held-out packets (as the CPU engineer runs: 0.5 keeps a 135M
-#: engineer in the teacher's shape) and how many packets per env the validity curve uses
-ENGINEER_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
+#: how the SFT validity curve samples on held-out packets (as the CPU engineer runs: 0.5 keeps
+#: a 135M engineer in the teacher's shape; every point since session 8 at it) and how many
+#: packets per env it uses
+CURVE_SAMPLING = ["--temperature", "0.5", "--seed", "0", "--max-new-tokens", "512"]
+#: how every engineer of the table samples its K proposals (session 12's choice): 0.2. The
+#: sweep (`--stages sampling`) of the SFT engineer gave 24/24 valid greedy but one distinct
+#: proposal per packet (best-of-K would be best-of-1), 21/24 (88%) at 0.2 with 1-4 distinct
+#: proposals a packet, 15/24 (62%) at 0.5: 0.2 keeps most proposals valid and still gives the
+#: gate more than one patch to choose from. The same for every engineer (the untrained one
+#: too); GRPO samples at 0.8 (GRPO_ARGS), spread within a group being its signal
+TABLE_SAMPLING = ["--temperature", "0.2", "--seed", "0", "--max-new-tokens", "512"]
 CURVE_PACKETS = 1  # per env and point: the shape; the final valid fraction is stage 5's, on all
 #: GRPO at this scale: K=4 per packet, 4 passes per sampled group (so 100 optimizer steps
 #: sample 25 groups), 0.8 for samples that differ within a group, the graded invalid reward
@@ -454,6 +464,20 @@ def rows_digest(dataset: Path) -> str:
     return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
 
 
+def committed_rows_digest(envs: tuple[str, ...] = DEFAULT_ENVS) -> str:
+    """`rows_digest` of the dataset a restore of the committed rows would merge (`envs` in the
+    default order, each completion in the current format), computed without the restore: the
+    rows' completions are committed, only their prompts need the regenerated runs."""
+    import hashlib
+
+    completions = [
+        current_format(row["completion"], env)
+        for env in envs
+        for row in trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl")
+    ]
+    return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
+
+
 def sft_version(out: Path) -> Path | None:
     """The published SFT engineer trained on this cold start (its dataset's sha256; the most
     trained of them), else the committed one if it was trained on the same rows
@@ -462,13 +486,16 @@ def sft_version(out: Path) -> Path | None:
     from harness_r1.trainer.versions import list_versions, read_metadata
 
     dataset = out / "engineer-coldstart.jsonl"
+    digest = COMMITTED_SFT / "rows-digest.txt"
+    if not dataset.exists():  # no restore here: the committed engineer if the rows are its
+        trained_on = digest.read_text().strip() if digest.exists() else None
+        return COMMITTED_SFT if trained_on == committed_rows_digest() else None
     sha = file_sha256(dataset)
     local = []
     for version in list_versions(out / "engineer"):
         meta = read_metadata(version)
         if meta.get("kind") == "sft" and meta.get("dataset", {}).get("sha256") == sha:
             local.append(version)
-    digest = COMMITTED_SFT / "rows-digest.txt"
     if digest.exists() and digest.read_text().strip() == rows_digest(dataset):
         local.insert(0, COMMITTED_SFT)  # a local run no more trained than it loses to it
     # the most trained; of equals the latest (list_versions is oldest first)
@@ -606,7 +633,7 @@ def validity(
     """One engineer's validity on the env's held-out packets (no canary: parse, static checks,
     composition onto the incumbent), `packets` packets x K, the curve's fixed sampling (or
     another temperature: the sampling sweep)."""
-    sampling = list(ENGINEER_SAMPLING)
+    sampling = list(CURVE_SAMPLING)
     folder = "sft-curve"
     if temperature is not None:
         sampling[sampling.index("--temperature") + 1] = str(temperature)
@@ -888,7 +915,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         path.parent.mkdir(parents=True, exist_ok=True)
         run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
              "--split", SPLITS[env][1], *args, "--lean-prompt", *on, "-k", str(K),
-             "--batch-size", str(BATCH), *ENGINEER_SAMPLING, *GATE,
+             "--batch-size", str(BATCH), *TABLE_SAMPLING, *GATE,
              "--max-steps", TARGET[1], "--history-turns", TARGET[3],
              "--baseline-cache", str(out / "baselines"), "--out", str(path)], log)  # fmt: skip
     report = json.loads(path.read_text())
@@ -1251,7 +1278,7 @@ def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", default="webshop,dbbench,alfworld")
+    parser.add_argument("--envs", default=",".join(DEFAULT_ENVS))
     parser.add_argument("--out", type=Path, default=Path("runs/engineer-value"))
     parser.add_argument(
         "--teacher", action="store_true", help="Stage 2: also score the template teacher."
