@@ -26,6 +26,8 @@ files):
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
   template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
   promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
+- headroom: the held-out success under the incumbent with the env's hand-written reference
+  patch on top (never trained on): how much a patch could still win on these tasks.
 - ablation: the most trained engineer with each hook removed from what it may write.
 - transfer: Gemma 3 270M as the target, under the incumbent and each engineer's best patch.
 - coevolution: the target fine-tuned on its own successes (`train target`), held out without
@@ -1247,9 +1249,46 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
     print(json.dumps(results, indent=2))
 
 
+#: the hand-written reference patch per env (`harness_r1/sandbox/reference_patches/`): never a
+#: training target, only the headroom stage's yardstick
+REFERENCE = {
+    "webshop": "webshop_shopper",
+    "dbbench": "dbbench_lookup",
+    "alfworld": "alfworld_explorer",
+}
+
+
+def run_headroom(envs: list[str], out: Path, log: Path) -> None:
+    """What a patch could still win on the held-out tasks: the target under the incumbent with
+    the env's reference patch composed on top (a human-written harness fix, never shown to an
+    engineer), beside the incumbent alone. An engineer's delta is bounded by this gap; where
+    it is nil, no engineer can show a gain on these tasks."""
+    from harness_r1.sandbox.patchfile import REFERENCE_DIR
+
+    results: dict[str, dict[str, Any]] = {}
+    for env in envs:
+        reference = REFERENCE_DIR / f"{REFERENCE[env]}.patch"
+        on = incumbent_on(env, out)
+        path = out / "headroom" / f"{env}-heldout-incumbent+{REFERENCE[env]}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        heldout_target_runs(env, [*on, "--on", str(reference)], path, log)
+        results[env] = {
+            "incumbent": rate(heldout_runs(env, out, log)),
+            f"incumbent+{REFERENCE[env]}": rate(path),
+        }
+    for folder in (out, COMMITTED):
+        (folder / "results-headroom.json").write_text(json.dumps(results, indent=2) + "\n")
+    for env, rows in results.items():
+        for condition, row in rows.items():
+            low, high = row["ci"]
+            print(
+                f"| {env} | {condition} | {row['successes']}/{row['n']} [{low:.0%}, {high:.0%}] |"
+            )
+
+
 STAGES = (
-    "baselines", "coldstart", "sft", "sampling", "grpo", "engineers", "ablation", "transfer",
-    "coevolution",
+    "baselines", "coldstart", "sft", "sampling", "grpo", "engineers", "headroom", "ablation",
+    "transfer", "coevolution",
 )  # fmt: skip
 #: the sampling sweep (stage "sampling"): the SFT engineer's held-out validity per temperature
 SWEEP_TEMPERATURES = (0.0, 0.2, 0.5)
@@ -1325,6 +1364,8 @@ def main() -> None:
             run_sampling(envs, args.out, log, args.sampling_packets)
         elif stage == "grpo":
             print(f"GRPO engineer: {stage_grpo(envs, args.out, log, args.grpo_minutes)}")
+        elif stage == "headroom":
+            run_headroom(envs, args.out, log)
         elif stage == "ablation":
             run_ablation(envs, args.out, log)
         elif stage == "transfer":
