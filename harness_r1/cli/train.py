@@ -160,6 +160,15 @@ def target(
     max_length: Annotated[
         int, typer.Option(help="Longest row (tokens); longer is refused.")
     ] = 4096,
+    rows_of: Annotated[
+        str,
+        typer.Option(
+            "--rows",
+            help="own: the target's outputs the harness took as they were; executed: the "
+            "action each step ran, whoever wrote it (where the incumbent decides its "
+            "successes' actions, the only thing to learn).",
+        ),
+    ] = "own",
 ) -> None:
     """Fine-tune the target on its own successful episodes (LoRA, merged into a checkpoint):
     the paper's tuned target (coevolution). Serve it with `--policy OUT/tuned-vNNNN`. The runs
@@ -167,16 +176,21 @@ def target(
 
     Example: `harness-r1 train target r.jsonl --generations g.jsonl --out artifacts/target`"""
     from harness_r1.consumers.packets import read_trajectories
+    from harness_r1.envs import get_suite
     from harness_r1.harness.policies.local_models import EMBEDDED
     from harness_r1.trainer.model_io import resolve_base
     from harness_r1.trainer.sft import SftSettings, train_sft
     from harness_r1.trainer.target_sft import (
         check_runs_of,
+        executed_success_rows,
         merge_checkpoint,
         own_success_rows,
         read_records,
         write_rows,
     )
+
+    if rows_of not in ("own", "executed"):
+        raise typer.BadParameter(f"--rows: own or executed, not {rows_of!r}")
 
     trajectories = [t for path in runs for t in read_trajectories(path)]
     try:
@@ -184,9 +198,16 @@ def target(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     records = [r for path in generations for r in read_records(path)]
-    rows = own_success_rows(trajectories, records)
+    if rows_of == "own":
+        rows = own_success_rows(trajectories, records)
+    else:
+        prompters = {env: get_suite(env).prompter for env in {t.env for t in trajectories}}
+        rows = executed_success_rows(trajectories, records, prompters)
     if not rows:
-        raise typer.BadParameter("no successful episode with a recorded model call to learn")
+        hint = (
+            " (under an incumbent that decides them: --rows executed)" if rows_of == "own" else ""
+        )
+        raise typer.BadParameter(f"no successful episode with a recorded model call to learn{hint}")
     dataset = out / "target-rows.jsonl"
     write_rows(rows, dataset)
     typer.echo(f"{len(rows)} rows from {sum(t.outcome.success for t in trajectories)} successes")

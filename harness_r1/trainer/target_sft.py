@@ -8,6 +8,15 @@ the messages the target read and the text it wrote (`runtime.GenerationRecord`, 
 target learns what it did right itself, and the incumbent overlay still runs on top of it
 (whether patching still adds on a tuned target is what the experiment asks).
 
+Rows of the *executed* actions (`executed_success_rows`, `train target --rows executed`): every
+step of a successful episode with a model call, the action the env ran as the completion,
+whoever wrote it (the target, or a pre_action rewrite or force of the harness). Where the
+incumbent decides the actions of its successes (the CPU incumbents of issue 20 force every
+step of every success: no own accepted output is left), this is the only thing to learn: the
+tuned target absorbs what the harness did, the paper's "weights updated directly". An action
+is kept only if the env's prompter reads it back as itself (the target writing it verbatim
+would run it).
+
 Training is the engineer's SFT (`trainer.sft.train_sft`: LoRA, completion-only loss) on the
 target's own base (the model whose runs they are: checked by `check_runs_of`);
 `merge_checkpoint` folds the adapter into a full checkpoint directory, which
@@ -23,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_r1.contracts import HookName, Trajectory
+from harness_r1.envs.base import TaskPrompter
 from harness_r1.harness.runtime import GenerationRecord
 
 
@@ -53,6 +63,41 @@ def own_success_rows(
                         "task_id": trajectory.task.task_id,
                         "env": trajectory.env,
                         "step": step.index,
+                    },
+                }
+            )
+    return rows
+
+
+def executed_success_rows(
+    trajectories: Iterable[Trajectory],
+    records: Iterable[GenerationRecord],
+    prompters: dict[str, TaskPrompter],
+) -> list[dict[str, Any]]:
+    """SFT rows of the executed actions of successful episodes (see the module docstring): per
+    step with a recorded model call, the messages the target read and the action the env ran,
+    kept when the env's prompter (`prompters[env]`) reads the action back unchanged."""
+    calls = {(record.trajectory_id, record.step): record for record in records}
+    rows = []
+    for trajectory in trajectories:
+        if not trajectory.outcome.success:
+            continue
+        prompter = prompters[trajectory.env]
+        for step in trajectory.steps:
+            call = calls.get((trajectory.trajectory_id, step.index))
+            if call is None or prompter.extract_action(step.action, {}) != step.action:
+                continue
+            rows.append(
+                {
+                    "prompt": call.messages,
+                    "completion": [{"role": "assistant", "content": step.action}],
+                    "metadata": {
+                        "trajectory_id": trajectory.trajectory_id,
+                        "task_id": trajectory.task.task_id,
+                        "env": trajectory.env,
+                        "step": step.index,
+                        "own": call.output == step.raw_output
+                        and not any(e.hook == HookName.PRE_ACTION for e in step.effects),
                     },
                 }
             )

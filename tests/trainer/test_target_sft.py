@@ -1,4 +1,5 @@
-"""The tuned target's rows: the target's own accepted outputs in successful episodes."""
+"""The tuned target's rows: the target's own accepted outputs, or the executed actions, of
+successful episodes."""
 
 from __future__ import annotations
 
@@ -19,8 +20,14 @@ from harness_r1.contracts import (
     Timings,
     Trajectory,
 )
+from harness_r1.envs import get_suite
 from harness_r1.harness.runtime import GenerationRecord
-from harness_r1.trainer.target_sft import check_runs_of, own_success_rows, read_records
+from harness_r1.trainer.target_sft import (
+    check_runs_of,
+    executed_success_rows,
+    own_success_rows,
+    read_records,
+)
 
 
 def _trajectory(name: str, success: bool, steps: list[Step]) -> Trajectory:
@@ -94,6 +101,41 @@ def test_rows_are_the_targets_own_accepted_outputs_in_successful_episodes() -> N
         "env": "dbbench",
         "step": 0,
     }
+
+
+def test_executed_rows_learn_the_action_each_step_ran_whoever_wrote_it() -> None:
+    """Under an incumbent that forces its successes' actions, own rows are none; executed rows
+    take the forced action as the completion of the call the target made at that step, and
+    leave out steps without a call and actions the prompter would not read back as themselves."""
+    force = HookEffect(hook=HookName.PRE_ACTION, kind=EffectKind.FORCE, text="sql: SELECT 1")
+    won = _trajectory(
+        "won",
+        True,
+        [
+            _step(0, "The method is decision.", "sql: SELECT 1", force),  # forced: learned
+            _step(1, "Action: Answer\nFinal Answer: [1]", "answer: [1]"),  # its own: learned
+            _step(2, "", "answer: [2]"),  # forced after feedback, no call: left out
+            _step(3, "x", "SELECT 2"),  # the prompter reads it as `sql: SELECT 2`: left out
+        ],
+    )
+    lost = _trajectory("lost", False, [_step(0, "Action: sql z", "sql: z")])
+    records = [
+        _record("won", 0, "The method is decision."),
+        _record("won", 1, "Action: Answer\nFinal Answer: [1]"),
+        _record("won", 3, "x"),
+        _record("lost", 0, "Action: sql z"),
+    ]
+    prompters = {"dbbench": get_suite("dbbench").prompter}
+
+    assert own_success_rows([won, lost], [records[0]]) == []
+    rows = executed_success_rows([won, lost], records, prompters)
+
+    assert [(r["metadata"]["step"], r["completion"][0]["content"]) for r in rows] == [
+        (0, "sql: SELECT 1"),
+        (1, "answer: [1]"),
+    ]
+    assert rows[0]["prompt"] == [{"role": "user", "content": "won 0 The method is decision."}]
+    assert [r["metadata"]["own"] for r in rows] == [False, True]
 
 
 def test_a_record_that_is_not_the_steps_output_is_not_trained_on() -> None:
