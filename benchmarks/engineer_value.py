@@ -1205,16 +1205,19 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
 #: what the tuned target learns of its successful training episodes under the incumbent: the
 #: executed actions. The incumbents force every step of every success here (WebShop 59 of 59
 #: steps, DBBench 7 of 9 and 2 without a model call, session 12), so the target's own accepted
-#: outputs (`--rows own`) are none: the tuned target can only absorb what the harness did
-COEVOLUTION_ROWS = "executed"
+#: outputs (`--rows own`) are none: the tuned target can only absorb what the harness did.
+#: One row a step: `train target`'s default of 4 rows (up to 2.75k tokens each, fp32) was
+#: killed for memory at 24 GB on these 2 cores (session 12); one epoch (13 s a row here)
+COEVOLUTION_TARGET_ARGS = ["--rows", "executed", "--batch-size", "1", "--epochs", "1"]
 
 
 def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
     """Stage 9 (the paper's coevolution, first half): the target fine-tuned on its own
-    successful training episodes under the incumbent (`train target --rows COEVOLUTION_ROWS`:
-    LoRA SFT on the executed actions, merged into a checkpoint), then its held-out success without and with the
-    incumbent, beside the frozen target's. Retraining the engineer against the tuned target
-    is stages 3-6 again with `--policy` the tuned checkpoint (not run here)."""
+    successful training episodes under the incumbent (`train target`, COEVOLUTION_TARGET_ARGS:
+    LoRA SFT on the executed actions, merged into a checkpoint), then its held-out success
+    without and with the incumbent, beside the frozen target's. Retraining the engineer
+    against the tuned target is stages 3-6 again with `--policy` the tuned checkpoint (not
+    run here)."""
     folder = out / "coevolution"
     folder.mkdir(parents=True, exist_ok=True)
     runs, generations = [], []
@@ -1233,7 +1236,7 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
 
     tuned = merged()
     if not tuned:
-        run([HR, "train", "target", *map(str, runs), "--rows", COEVOLUTION_ROWS,
+        run([HR, "train", "target", *map(str, runs), *COEVOLUTION_TARGET_ARGS,
              *(arg for g in generations for arg in ("--generations", str(g))),
              "--out", str(folder / "target")], log)  # fmt: skip
         tuned = merged()
