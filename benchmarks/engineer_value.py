@@ -40,6 +40,7 @@ resume from their last checkpoint. Results: DIR/results-*.json, tables on stdout
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shlex
@@ -466,6 +467,7 @@ def rows_digest(dataset: Path) -> str:
     return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
 
 
+@functools.cache
 def committed_rows_digest(envs: tuple[str, ...] = DEFAULT_ENVS) -> str:
     """`rows_digest` of the dataset a restore of the committed rows would merge (`envs` in the
     default order, each completion in the current format), computed without the restore: the
@@ -490,8 +492,9 @@ def sft_version(out: Path) -> Path | None:
     dataset = out / "engineer-coldstart.jsonl"
     digest = COMMITTED_SFT / "rows-digest.txt"
     if not dataset.exists():  # no restore here: the committed engineer if the rows are its
-        trained_on = digest.read_text().strip() if digest.exists() else None
-        return COMMITTED_SFT if trained_on == committed_rows_digest() else None
+        if not digest.exists():
+            return None
+        return COMMITTED_SFT if digest.read_text().strip() == committed_rows_digest() else None
     sha = file_sha256(dataset)
     local = []
     for version in list_versions(out / "engineer"):
@@ -912,7 +915,8 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     if args is None:
         return None
     on = incumbent_on(env, out)
-    path = out / "engineers" / f"{env}-{name}.json"
+    temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
+    path = out / "engineers" / f"{env}-{name}-t{temperature}.json"  # another sampling: run again
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
@@ -1281,7 +1285,7 @@ def reference_on_top(env: str, on: list[str], folder: Path) -> Path:
         hook.model_copy(update={"mode": HookMode.REPLACE}) if hook.hook in live else hook
         for hook in reference.hooks
     ]
-    path = folder / f"{REFERENCE[env]}-on-incumbent.json"
+    path = folder / f"{REFERENCE[env]}-on-{'incumbent' if on else 'base'}.json"
     path.write_text(reference.model_copy(update={"hooks": hooks}).model_dump_json())
     return path
 
@@ -1294,13 +1298,14 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
     results: dict[str, dict[str, Any]] = {}
     for env in envs:
         on = incumbent_on(env, out)
-        path = out / "headroom" / f"{env}-heldout-incumbent+{REFERENCE[env]}.jsonl"
+        deployed = "incumbent" if on else "base"  # ALFWorld's deployed harness is the base
+        path = out / "headroom" / f"{env}-heldout-{deployed}+{REFERENCE[env]}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         reference = reference_on_top(env, on, path.parent)
         heldout_target_runs(env, [*on, "--on", str(reference)], path, log)
         results[env] = {
-            "incumbent": rate(heldout_runs(env, out, log)),
-            f"incumbent+{REFERENCE[env]}": rate(path),
+            deployed: rate(heldout_runs(env, out, log)),
+            f"{deployed}+{REFERENCE[env]}": rate(path),
         }
     for folder in (out, COMMITTED):
         (folder / "results-headroom.json").write_text(json.dumps(results, indent=2) + "\n")

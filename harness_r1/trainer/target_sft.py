@@ -76,7 +76,9 @@ def executed_success_rows(
 ) -> list[dict[str, Any]]:
     """SFT rows of the executed actions of successful episodes (see the module docstring): per
     step with a recorded model call, the messages the target read and the action the env ran,
-    kept when the env's prompter (`prompters[env]`) reads the action back unchanged."""
+    kept when the env's prompter (`prompters[env]`) reads the action back unchanged.
+    `metadata.own`: the target's output ran without a pre_action change (the completion is
+    still the action as the prompter read it, not the model's free text)."""
     calls = {(record.trajectory_id, record.step): record for record in records}
     rows = []
     for trajectory in trajectories:
@@ -85,7 +87,9 @@ def executed_success_rows(
         prompter = prompters[trajectory.env]
         for step in trajectory.steps:
             call = calls.get((trajectory.trajectory_id, step.index))
-            if call is None or prompter.extract_action(step.action, {}) != step.action:
+            if call is None or call.output != step.raw_output:
+                continue  # no call, or a record of another run: not this step's prompt
+            if prompter.extract_action(step.action, {}) != step.action:
                 continue
             rows.append(
                 {
@@ -96,8 +100,7 @@ def executed_success_rows(
                         "task_id": trajectory.task.task_id,
                         "env": trajectory.env,
                         "step": step.index,
-                        "own": call.output == step.raw_output
-                        and not any(e.hook == HookName.PRE_ACTION for e in step.effects),
+                        "own": not any(e.hook == HookName.PRE_ACTION for e in step.effects),
                     },
                 }
             )

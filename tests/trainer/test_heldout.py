@@ -223,7 +223,7 @@ def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
     tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
     trajectories = run.run(
         [
-            EpisodeSpec(task=t, seed=i, hooks=NoHooks(), trajectory_id=f"run-{i}")
+            EpisodeSpec(task=t, seed=i, hooks=NoHooks(), trajectory_id=f"run-{i:02d}")
             for i, t in enumerate(tasks)
         ]
     )

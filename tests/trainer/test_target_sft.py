@@ -104,9 +104,9 @@ def test_rows_are_the_targets_own_accepted_outputs_in_successful_episodes() -> N
 
 
 def test_executed_rows_learn_the_action_each_step_ran_whoever_wrote_it() -> None:
-    """Under an incumbent that forces its successes' actions, own rows are none; executed rows
-    take the forced action as the completion of the call the target made at that step, and
-    leave out steps without a call and actions the prompter would not read back as themselves."""
+    """Own rows leave out a forced step; executed rows take the forced action as the completion
+    of the call the target made at that step, and leave out steps without a call (or with a
+    call of another run) and actions the prompter would not read back as themselves."""
     force = HookEffect(hook=HookName.PRE_ACTION, kind=EffectKind.FORCE, text="sql: SELECT 1")
     won = _trajectory(
         "won",
@@ -127,7 +127,8 @@ def test_executed_rows_learn_the_action_each_step_ran_whoever_wrote_it() -> None
     ]
     prompters = {"dbbench": get_suite("dbbench").prompter}
 
-    assert own_success_rows([won, lost], [records[0]]) == []
+    # own rows: only the steps whose output ran as written
+    assert [r["metadata"]["step"] for r in own_success_rows([won, lost], records)] == [1, 3]
     rows = executed_success_rows([won, lost], records, prompters)
 
     assert [(r["metadata"]["step"], r["completion"][0]["content"]) for r in rows] == [
@@ -136,6 +137,10 @@ def test_executed_rows_learn_the_action_each_step_ran_whoever_wrote_it() -> None
     ]
     assert rows[0]["prompt"] == [{"role": "user", "content": "won 0 The method is decision."}]
     assert [r["metadata"]["own"] for r in rows] == [False, True]
+    other_run = [_record("won", 0, "another output"), *records[1:]]
+    assert [r["metadata"]["step"] for r in executed_success_rows([won], other_run, prompters)] == [
+        1
+    ]
 
 
 def test_a_record_that_is_not_the_steps_output_is_not_trained_on() -> None:
