@@ -1211,7 +1211,7 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
 #: steps, DBBench 7 of 9 and 2 without a model call, session 12), so the target's own accepted
 #: outputs (`--rows own`) are none: the tuned target can only absorb what the harness did.
 #: One row a step: `train target`'s default of 4 rows (up to 2.75k tokens each, fp32) was
-#: killed for memory at 24 GB on these 2 cores (session 12); one epoch (13 s a row here)
+#: killed for memory at 24 GB on these 2 cores (session 12); one epoch (~10 s a row here)
 COEVOLUTION_TARGET_ARGS = ["--rows", "executed", "--batch-size", "1", "--epochs", "1"]
 
 

@@ -27,11 +27,11 @@ the frozen target never mix).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness_r1.contracts import HookName, Trajectory
+from harness_r1.contracts import HookName, Step, Trajectory
 from harness_r1.envs.base import TaskPrompter
 from harness_r1.harness.runtime import GenerationRecord
 
@@ -42,30 +42,10 @@ def own_success_rows(
     """SFT rows of the target's own accepted outputs in successful episodes, in trajectory and
     step order. `records`: the model calls of the same runs; the last call of a step (after
     any veto) is the one that counts."""
-    calls: dict[tuple[str, int], GenerationRecord] = {}
-    for record in records:
-        calls[(record.trajectory_id, record.step)] = record
     rows = []
-    for trajectory in trajectories:
-        if not trajectory.outcome.success:
-            continue
-        for step in trajectory.steps:
-            changed = any(e.hook == HookName.PRE_ACTION for e in step.effects)
-            call = calls.get((trajectory.trajectory_id, step.index))
-            if changed or not step.raw_output or call is None or call.output != step.raw_output:
-                continue
-            rows.append(
-                {
-                    "prompt": call.messages,
-                    "completion": [{"role": "assistant", "content": call.output}],
-                    "metadata": {
-                        "trajectory_id": trajectory.trajectory_id,
-                        "task_id": trajectory.task.task_id,
-                        "env": trajectory.env,
-                        "step": step.index,
-                    },
-                }
-            )
+    for trajectory, step, call in _success_calls(trajectories, records):
+        if step.raw_output and not _changed_by_pre_action(step):
+            rows.append(_row(trajectory, step, call, call.output))
     return rows
 
 
@@ -79,32 +59,47 @@ def executed_success_rows(
     kept when the env's prompter (`prompters[env]`) reads the action back unchanged.
     `metadata.own`: the target's output ran without a pre_action change (the completion is
     still the action as the prompter read it, not the model's free text)."""
-    calls = {(record.trajectory_id, record.step): record for record in records}
     rows = []
+    for trajectory, step, call in _success_calls(trajectories, records):
+        if prompters[trajectory.env].extract_action(step.action, {}) == step.action:
+            own = not _changed_by_pre_action(step)
+            rows.append(_row(trajectory, step, call, step.action, own=own))
+    return rows
+
+
+def _success_calls(
+    trajectories: Iterable[Trajectory], records: Iterable[GenerationRecord]
+) -> Iterator[tuple[Trajectory, Step, GenerationRecord]]:
+    """Each step of a successful episode with the model call that produced its raw output (the
+    step's last call; a step without one, or with a record of another run, is skipped)."""
+    calls = {(record.trajectory_id, record.step): record for record in records}
     for trajectory in trajectories:
         if not trajectory.outcome.success:
             continue
-        prompter = prompters[trajectory.env]
         for step in trajectory.steps:
             call = calls.get((trajectory.trajectory_id, step.index))
-            if call is None or call.output != step.raw_output:
-                continue  # no call, or a record of another run: not this step's prompt
-            if prompter.extract_action(step.action, {}) != step.action:
-                continue
-            rows.append(
-                {
-                    "prompt": call.messages,
-                    "completion": [{"role": "assistant", "content": step.action}],
-                    "metadata": {
-                        "trajectory_id": trajectory.trajectory_id,
-                        "task_id": trajectory.task.task_id,
-                        "env": trajectory.env,
-                        "step": step.index,
-                        "own": not any(e.hook == HookName.PRE_ACTION for e in step.effects),
-                    },
-                }
-            )
-    return rows
+            if call is not None and call.output == step.raw_output:
+                yield trajectory, step, call
+
+
+def _changed_by_pre_action(step: Step) -> bool:
+    return any(effect.hook == HookName.PRE_ACTION for effect in step.effects)
+
+
+def _row(
+    trajectory: Trajectory, step: Step, call: GenerationRecord, completion: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "prompt": call.messages,
+        "completion": [{"role": "assistant", "content": completion}],
+        "metadata": {
+            "trajectory_id": trajectory.trajectory_id,
+            "task_id": trajectory.task.task_id,
+            "env": trajectory.env,
+            "step": step.index,
+            **extra,
+        },
+    }
 
 
 def read_records(path: Path) -> list[GenerationRecord]:
