@@ -1148,10 +1148,18 @@ def commit_curve(curve: list[dict[str, Any]]) -> None:
     path.write_text(json.dumps([points[k] for k in sorted(points)], indent=2) + "\n")
 
 
+def keep_results(name: str, results: Any, out: Path) -> None:
+    """A stage's results (counts and rates, no task data) into DIR and into the repository
+    (COMMITTED), so what BENCHMARKS.md reports is the file the run wrote."""
+    for folder in (out, COMMITTED):
+        (folder / name).write_text(json.dumps(results, indent=2) + "\n")
+
+
 def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...]) -> None:
     rows = stage_engineers(envs, out, log, names)
-    (out / "results-engineers.json").write_text(json.dumps(rows, indent=2) + "\n")
-    plot_engineers(rows, out / "engineers.png")
+    keep_results("results-engineers.json", rows, out)
+    for folder in (out, COMMITTED):
+        plot_engineers(rows, folder / "engineers.png")
     print(engineers_table(rows))
 
 
@@ -1170,7 +1178,7 @@ def run_ablation(envs: list[str], out: Path, log: Path) -> None:
     assert name is not None, "train an engineer first (stages sft, grpo)"
     names = (name, *(f"{name}-without-{hook}" for hook in HookName))
     rows = stage_engineers(envs, out, log, names)
-    (out / "results-ablation.json").write_text(json.dumps(rows, indent=2) + "\n")
+    keep_results("results-ablation.json", rows, out)
     print(engineers_table(rows))
 
 
@@ -1198,7 +1206,7 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
             path = folder / f"{env}-gemma3-{slug}.jsonl"
             heldout_target_runs(env, [*TRANSFER_POLICY, *extra], path, log)
             results[env][condition] = rate(path)
-    (out / "results-transfer.json").write_text(json.dumps(results, indent=2) + "\n")
+    keep_results("results-transfer.json", results, out)
     for env, rows in results.items():
         for condition, row in rows.items():
             low, high = row["ci"]
@@ -1259,7 +1267,7 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
             path = folder / f"{env}-heldout-tuned-{condition}.jsonl"
             heldout_target_runs(env, ["--policy", str(checkpoint), *extra], path, log)
             results[env]["tuned"][condition] = rate(path)
-    (out / "results-coevolution.json").write_text(json.dumps(results, indent=2) + "\n")
+    keep_results("results-coevolution.json", results, out)
     print(json.dumps(results, indent=2))
 
 
@@ -1307,8 +1315,7 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
             deployed: rate(heldout_runs(env, out, log)),
             f"{deployed}+{REFERENCE[env]}": rate(path),
         }
-    for folder in (out, COMMITTED):
-        (folder / "results-headroom.json").write_text(json.dumps(results, indent=2) + "\n")
+    keep_results("results-headroom.json", results, out)
     for env, rows in results.items():
         for condition, row in rows.items():
             low, high = row["ci"]
@@ -1342,8 +1349,7 @@ def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
         print(f"temperature {temperature}: {row['valid']}/{row['proposals']} "
               f"[{low:.0%}, {high:.0%}] {each}")  # fmt: skip
     results = f"results-sampling-p{packets}.json"
-    (out / results).write_text(json.dumps(rows, indent=2) + "\n")
-    (COMMITTED / results).write_text(json.dumps(rows, indent=2) + "\n")
+    keep_results(results, rows, out)
 
 
 def main() -> None:
