@@ -461,9 +461,12 @@ def rows_digest(dataset: Path) -> str:
     the committed rows fix. The prompts are left out: a restore rebuilds them from regenerated
     runs, which differ on another kind of CPU (stage 4 in BENCHMARKS.md) while the rows are the
     same; the metadata too (a restore adds to it)."""
+    return _completions_digest([row["completion"] for row in trajectories(dataset)])
+
+
+def _completions_digest(completions: list[Any]) -> str:
     import hashlib
 
-    completions = [row["completion"] for row in trajectories(dataset)]
     return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
 
 
@@ -472,14 +475,13 @@ def committed_rows_digest(envs: tuple[str, ...] = DEFAULT_ENVS) -> str:
     """`rows_digest` of the dataset a restore of the committed rows would merge (`envs` in the
     default order, each completion in the current format), computed without the restore: the
     rows' completions are committed, only their prompts need the regenerated runs."""
-    import hashlib
-
-    completions = [
-        current_format(row["completion"], env)
-        for env in envs
-        for row in trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl")
-    ]
-    return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
+    return _completions_digest(
+        [
+            current_format(row["completion"], env)
+            for env in envs
+            for row in trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl")
+        ]
+    )
 
 
 def sft_version(out: Path) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -142,6 +143,13 @@ def sft(
     typer.echo(f"published {result.version_dir}")
 
 
+class TargetRows(StrEnum):
+    """What `train target` learns of each successful step (see trainer/target_sft.py)."""
+
+    OWN = "own"
+    EXECUTED = "executed"
+
+
 @train_app.command("target")
 def target(
     runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of `eval` runs.")],
@@ -161,14 +169,14 @@ def target(
         int, typer.Option(help="Longest row (tokens); longer is refused.")
     ] = 4096,
     rows_of: Annotated[
-        str,
+        TargetRows,
         typer.Option(
             "--rows",
             help="own: the target's outputs the harness took as they were; executed: the "
             "action each step ran, whoever wrote it (where the incumbent decides its "
             "successes' actions, the only thing to learn).",
         ),
-    ] = "own",
+    ] = TargetRows.OWN,
 ) -> None:
     """Fine-tune the target on its own successful episodes (LoRA, merged into a checkpoint):
     the paper's tuned target (coevolution). Serve it with `--policy OUT/tuned-vNNNN`. The runs
@@ -189,23 +197,22 @@ def target(
         write_rows,
     )
 
-    if rows_of not in ("own", "executed"):
-        raise typer.BadParameter(f"--rows: own or executed, not {rows_of!r}")
-
     trajectories = [t for path in runs for t in read_trajectories(path)]
     try:
         check_runs_of(trajectories, EMBEDDED[base].name if base in EMBEDDED else Path(base).name)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     records = [r for path in generations for r in read_records(path)]
-    if rows_of == "own":
+    if rows_of is TargetRows.OWN:
         rows = own_success_rows(trajectories, records)
     else:
         prompters = {env: get_suite(env).prompter for env in {t.env for t in trajectories}}
         rows = executed_success_rows(trajectories, records, prompters)
     if not rows:
         hint = (
-            " (under an incumbent that decides them: --rows executed)" if rows_of == "own" else ""
+            " (under an incumbent that decides them: --rows executed)"
+            if rows_of is TargetRows.OWN
+            else ""
         )
         raise typer.BadParameter(f"no successful episode with a recorded model call to learn{hint}")
     dataset = out / "target-rows.jsonl"
