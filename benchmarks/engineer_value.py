@@ -204,7 +204,9 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
     incumbent_file = out / f"{env}-incumbent.txt"
     best = best_kept(coldstart / "dataset.jsonl")
     if best is not None and best["metadata"]["delta_success"] > 0:
-        incumbent_file.write_text(best["completion"][-1]["content"], encoding="utf-8")
+        text = best["completion"][-1]["content"]
+        (out / f"{env}-stage1-best.txt").write_text(text, encoding="utf-8")
+        incumbent_file.write_text(deployed_part(env, text), encoding="utf-8")
     on = ["--on", str(incumbent_file)] if incumbent_file.exists() else []
     rows: dict[str, Any] = {}
     refine = [*on, "--self-refine"]
@@ -230,6 +232,45 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
         },
         "heldout": rows,
     }
+
+
+#: the templates of stage 1's best patch the deployed harness keeps, where it keeps only some
+#: (session 13). WebShop's whole patch scripts every step of its wins (59 of 59 success steps
+#: forced: search, item, options, purchase) and no engineer patch could change an outcome on
+#: top of it (every delta of session 12's table 0; the reference patch on top: 12 -> 11/20).
+#: The incumbent keeps the search and the item choice; the item page (options, purchase) is
+#: left to the target, which never acts there (SmolLM2-135M writes prose on every item page:
+#: 0/16 training tasks, also with the valid actions listed before each decision), so a patch
+#: wins by finishing the purchase. Measured on the training split (16 tasks, BENCHMARKS.md
+#: "A deployed harness with headroom"): search+item 0/16, the whole patch 7/16.
+DEPLOYED_TEMPLATES: dict[str, tuple[str, ...]] = {"webshop": ("ws_force_search", "ws_click_best")}
+
+
+def deployed_part(env: str, text: str) -> str:
+    """Stage 1's best patch (`text`, the teacher's completion) as the env's incumbent: whole,
+    or re-rendered with only DEPLOYED_TEMPLATES' templates (same parameters, same order)."""
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.trainer.prompt import render_completion
+    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
+
+    keep = DEPLOYED_TEMPLATES.get(env)
+    if keep is None:
+        return text
+    patch = parse_engineer_output(text, env=env).patch
+    assert patch is not None, f"{env}: stage 1's best patch does not parse"
+    chosen = [c for c in choices_in(patch.description) if c.name in keep]
+    assert sorted(c.name for c in chosen) == sorted(keep), f"{env}: {patch.description}"
+    part = TemplateTeacher().render_patch(env, chosen)
+    purposes = " ".join(f"{c.name} on {c.template.hook}: {c.template.purpose}." for c in chosen)
+    return render_completion(part, f"The deployed part of stage 1's best patch. {purposes}")
+
+
+def incumbent_digest(env: str, out: Path) -> str:
+    """What a cold-start row was canaried against: the incumbent file's SHA-256, or "base"."""
+    import hashlib
+
+    on = incumbent_on(env, out)
+    return hashlib.sha256(Path(on[1]).read_bytes()).hexdigest() if on else "base"
 
 
 def incumbent_on(env: str, out: Path) -> list[str]:
@@ -312,7 +353,8 @@ def export_coldstart(env: str, out: Path) -> int:
             for start in range(max(0, len(words) - 9)):  # ten words in a row: task text
                 shingle = " ".join(words[start : start + 10])
                 assert shingle not in text, f"{env}: a completion holds task text: {shingle!r}"
-        rows.append({"completion": row["completion"], "metadata": row["metadata"]})
+        meta = {**row["metadata"], "incumbent_sha256": incumbent_digest(env, out)}
+        rows.append({"completion": row["completion"], "metadata": meta})
     path = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -323,7 +365,8 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     """The env's cold start from the committed rows: packets rebuilt from `runs` (the training
     runs under the incumbent, regenerated), prompts from the packets. Writes the folder `train
     coldstart` would (dataset.jsonl, packets.jsonl, stats.json with `restored`); False when
-    nothing is committed. The committed rows are only read.
+    nothing is committed or the rows were canaried against another incumbent than the env's
+    now (`incumbent_sha256` in each row). The committed rows are only read.
 
     A row finds its packet by the tasks its canary ran (`task_ids` in its metadata), else by
     packet id, else by the packet sharing most of its tasks (at least half): greedy text is
@@ -335,6 +378,11 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     each row was matched is in stats.json."""
     committed = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     if not committed.exists():
+        return False
+    against = {row["metadata"].get("incumbent_sha256") for row in trajectories(committed)}
+    if against != {incumbent_digest(env, out)}:
+        print(f"{env}: the committed cold start was canaried against another incumbent "
+              f"({sorted(map(str, against))}): it runs again")  # fmt: skip
         return False
     from harness_r1.cli.jobs.canary import load_incumbent
     from harness_r1.envs.data import default_data_root

@@ -38,6 +38,7 @@ import ast
 import functools
 import hashlib
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,7 @@ __all__ = [
     "TemplateChoice",
     "TemplateTeacher",
     "library_table",
+    "choices_in",
     "templates_in",
 ]
 
@@ -421,6 +423,30 @@ def templates_in(description: str) -> list[str]:
         return []
     head = description[len("templates: ") :].split(". ", 1)[0]
     return [n.strip() for n in head.split(",") if n.strip() in TEMPLATES]
+
+
+def choices_in(description: str) -> list[TemplateChoice]:
+    """The template choices, parameters included, a template-teacher description lists: the
+    inverse of its `label`s, so a deployed patch can be re-rendered with some of its templates
+    (empty for other texts). A value is read as a Python literal, else kept as the word it is
+    (a choice parameter such as `columns=named`)."""
+    names = templates_in(description)
+    labels = dict(_LABEL.findall(description))
+    return [TemplateChoice.of(name, _params(labels.get(name, ""))) for name in names]
+
+
+_LABEL = re.compile(r"\b(\w+)\(([^()]*)\)\.")
+
+
+def _params(inner: str) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in inner.split(","))):
+        key, _, value = part.partition("=")
+        try:
+            params[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            params[key.strip()] = value.strip()
+    return params
 
 
 def _phrase(feature: str, features: Features) -> str:

@@ -29,6 +29,7 @@ from harness_r1.sandbox.static import check_patch, check_source
 from harness_r1.trainer.teacher import (
     TemplateChoice,
     TemplateTeacher,
+    choices_in,
     library_table,
     templates_in,
 )
@@ -488,3 +489,33 @@ def test_when_only_live_templates_apply_they_are_proposed_as_replacements() -> N
     assert teacher.rank(live) == []
     proposals = teacher.proposals(live, 3, seed=1)
     assert all(h.mode == HookMode.REPLACE for p in proposals for h in p.patch.hooks)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_choices_in_reads_back_every_template_with_sampled_parameters(env: str) -> None:
+    """A deployed patch's description names its templates with their parameters: read back,
+    they re-render the same patch (how the benchmark keeps part of an incumbent)."""
+    import random
+
+    rng = random.Random(0)
+    teacher = TemplateTeacher()
+    for template in sorted(TEMPLATES.values(), key=lambda t: t.name):
+        if not template.applies_to(env):
+            continue
+        params = {p.name: p.sample(rng) for p in template.params}
+        choice = TemplateChoice.of(template.name, params)
+        patch = teacher.render_patch(env, [choice])
+        assert choices_in(patch.description) == [choice], template.name
+        again = teacher.render_patch(env, choices_in(patch.description))
+        assert again == patch
+
+
+def test_choices_in_keeps_a_subset_and_ignores_other_texts() -> None:
+    chosen = [
+        TemplateChoice.of("ws_force_search", {"max_words": 6}),
+        TemplateChoice.of("ws_click_best", {"min_similarity": 0.2, "search": False}),
+        TemplateChoice.of("ws_pick_options", {"buy": False}),
+    ]
+    patch = TemplateTeacher().render_patch("webshop", chosen)
+    assert choices_in(patch.description) == chosen
+    assert choices_in("a hand-written fix (no templates)") == []
