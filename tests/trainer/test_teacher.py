@@ -519,3 +519,51 @@ def test_choices_in_keeps_a_subset_and_ignores_other_texts() -> None:
     patch = TemplateTeacher().render_patch("webshop", chosen)
     assert choices_in(patch.description) == chosen
     assert choices_in("a hand-written fix (no templates)") == []
+
+
+def webshop_stalled_on_item_packet() -> FailurePacket:
+    """The search and the item were clicked (an incumbent's work), then prose on the item page."""
+    prose = (
+        "You can use the search action to find it.",
+        "Invalid action 'You can...'",
+        ["invalid"],
+    )
+    steps = [("search[red shirt]", "results ...", []), ("click[ASIN-2]", "item page", [])]
+    episodes = [
+        _episode(
+            "shirts",
+            "i need a red shirt, and price lower than 30.00 dollars",
+            [*steps, prose, prose],
+        ),
+        _episode(
+            "candles", "i want soy candles, and price lower than 20.00 dollars", [*steps, prose]
+        ),
+    ]
+    return _packet("webshop", episodes, invalid_actions=3, repeated_actions=1, step_limit_hits=2)
+
+
+def test_a_packet_stalled_on_the_item_page_ranks_finishing_the_purchase_first() -> None:
+    """An agent that opens an item and never buys needs the purchase finished for it: the
+    generic format fixes (snap, veto, reminders) would leave the decision to the model."""
+    from harness_r1.trainer.templates import packet_features
+
+    packet = webshop_stalled_on_item_packet()
+    assert packet_features(packet)["never_bought"] == 1.0
+    assert TemplateTeacher().rank(packet)[0][0].name == "ws_pick_options"
+    bought = packet.model_copy(
+        update={
+            "episodes": [
+                e.model_copy(
+                    update={
+                        "snippets": [
+                            *e.snippets,
+                            Snippet(step=9, action="click[buy now]", observation="", flags=[]),
+                        ]
+                    }
+                )
+                for e in packet.episodes
+            ]
+        }
+    )
+    assert packet_features(bought)["never_bought"] == 0.0
+    assert packet_features(webshop_click_packet())["never_bought"] == 0.0

@@ -43,6 +43,7 @@ FEATURES: tuple[str, ...] = (
     "invalid_click",
     "hook_faults",
     "never_clicked",  # WebShop: episodes in which no click was valid
+    "never_bought",  # WebShop: episodes that opened an item and never clicked buy now
 )
 
 MODIFICATION_TYPES = ("INSERT", "UPDATE", "DELETE")
@@ -170,6 +171,20 @@ def _valid_click(snippet: Any) -> bool:
     return bool(snippet.action.lower().startswith("click[") and "invalid" not in snippet.flags)
 
 
+#: a click on a search result: the item's ASIN, masked in packets (`click[ASIN-3]`) or raw
+_ITEM_CLICK = re.compile(r"click\[(asin-\d+|b0[a-z0-9]{8})\]", re.IGNORECASE)
+
+
+def _never_bought(episode: Any) -> bool:
+    """Opened an item (a valid click on a result) and never clicked buy now: the failure of an
+    agent that reaches the item page and cannot finish there."""
+    opened = any(
+        _ITEM_CLICK.fullmatch(s.action.strip()) and _valid_click(s) for s in episode.snippets
+    )
+    bought = any(s.action.strip().lower() == "click[buy now]" for s in episode.snippets)
+    return bool(opened and not bought and not episode.success)
+
+
 def packet_features(packet: FailurePacket) -> Features:
     """The signal rates templates are scored on (deterministic in the packet)."""
     signals = packet.signals
@@ -190,6 +205,7 @@ def packet_features(packet: FailurePacket) -> Features:
         if packet.env == "webshop"
         else 0
     )
+    never_bought = sum(1 for e in episodes if _never_bought(e)) if packet.env == "webshop" else 0
     modifications = sum(1 for e in episodes if e.task_type in MODIFICATION_TYPES)
     wrong_end = sum(1 for e in episodes if str(e.termination) == "failure")
     counts = {
@@ -209,6 +225,7 @@ def packet_features(packet: FailurePacket) -> Features:
         "invalid_click": invalid_clicks,
         "hook_faults": signals.hook_faults,
         "never_clicked": never_clicked,
+        "never_bought": never_bought,
         "always": len(episodes),
     }
     values = {
@@ -227,6 +244,7 @@ def packet_features(packet: FailurePacket) -> Features:
         "invalid_click": _clip(2.0 * invalid_clicks / max(1, len(snippets))),
         "hook_faults": _clip(signals.hook_faults / n),
         "never_clicked": _clip(never_clicked / n),
+        "never_bought": _clip(never_bought / n),
     }
     types = tuple(sorted({safe_type(e.task_type) for e in episodes if safe_type(e.task_type)}))
     kinds: set[str] = set()

@@ -239,6 +239,9 @@ def _click_steer(f: Features) -> dict[str, Any]:
 # "never_clicked" (episodes in which no click was valid): such an agent scores nothing until it
 # can search, open a result and buy, so the three pre_action templates of that path rise
 # together (a search alone, the old top proposal for a 135M target, never completes a purchase).
+# "never_bought" (an item opened, buy now never clicked): the agent reaches the item page and
+# stalls there (a 135M target writes prose on every item page), so finishing the purchase ranks
+# first, above the generic format fixes that leave the decision to the model.
 TEMPLATES: tuple[Template, ...] = (
     Template(
         name="ws_skills",
@@ -292,7 +295,13 @@ TEMPLATES: tuple[Template, ...] = (
             ChoiceParam("buy", (True, False), True, "click buy now once the options are set"),
         ),
         build=_pick_options,
-        weights={"invalid_click": 1.8, "wrong_end": 1.0, "step_limit": 0.5, "never_clicked": 1.5},
+        weights={
+            "invalid_click": 1.8,
+            "wrong_end": 1.0,
+            "step_limit": 0.5,
+            "never_clicked": 1.5,
+            "never_bought": 2.5,
+        },
         purpose="click the options the instruction names and then buy",
         order=14,
         partners=("ws_click_best",),
