@@ -26,6 +26,8 @@ files):
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
   template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
   promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
+- deployed: how the incumbent was chosen where it keeps only part of stage 1's best patch
+  (DEPLOYED_TEMPLATES): the target on the training split under each subset of its templates.
 - headroom: the held-out success under the incumbent with the env's hand-written reference
   patch on top (never trained on): how much a patch could still win on these tasks.
 - ablation: the most trained engineer with each hook removed from what it may write.
@@ -1375,11 +1377,52 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
 
 
 STAGES = (
-    "baselines", "coldstart", "sft", "sampling", "grpo", "engineers", "headroom", "ablation",
-    "transfer", "coevolution",
+    "baselines", "deployed", "coldstart", "sft", "sampling", "grpo", "engineers", "headroom",
+    "ablation", "transfer", "coevolution",
 )  # fmt: skip
 #: the sampling sweep (stage "sampling"): the SFT engineer's held-out validity per temperature
 SWEEP_TEMPERATURES = (0.0, 0.2, 0.5)
+
+
+def run_deployed(envs: list[str], out: Path, log: Path) -> None:
+    """How DEPLOYED_TEMPLATES was chosen: the target on the training split (TRAIN_TASKS, SEED)
+    under each non-empty subset of stage 1's best patch's templates (same parameters), for
+    the envs that deploy only part of it. Training tasks only: the choice never looks at the
+    held-out split."""
+    import itertools
+
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
+
+    results: dict[str, dict[str, Any]] = {}
+    for env in (e for e in envs if e in DEPLOYED_TEMPLATES):
+        best = out / f"{env}-stage1-best.txt"
+        if not best.exists():
+            best.write_text((COMMITTED / best.name).read_text(encoding="utf-8"), encoding="utf-8")
+        patch = parse_engineer_output(best.read_text(encoding="utf-8"), env=env).patch
+        assert patch is not None, f"{env}: stage 1's best patch does not parse"
+        chosen = choices_in(patch.description)
+        folder = out / "deployed"
+        folder.mkdir(parents=True, exist_ok=True)
+        results[env] = {}
+        for size in range(1, len(chosen) + 1):
+            for subset in itertools.combinations(chosen, size):
+                name = "+".join(sorted(c.name for c in subset))
+                path = folder / f"{env}-{name}.json"
+                path.write_text(TemplateTeacher().render_patch(env, list(subset)).model_dump_json())
+                runs = folder / f"{env}-train-{name}.jsonl"
+                target_runs(
+                    env, SPLITS[env][0], TRAIN_TASKS[env], SEED, ["--on", str(path)], runs, log
+                )
+                results[env][name] = {
+                    **rate(runs),
+                    "deployed": sorted(DEPLOYED_TEMPLATES[env]) == name.split("+"),
+                }
+    keep_results("results-deployed.json", results, out)
+    for env, rows in results.items():
+        for name, row in rows.items():
+            mark = " (deployed)" if row["deployed"] else ""
+            print(f"| {env} | {name}{mark} | {row['successes']}/{row['n']} |")
 
 
 def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
@@ -1453,6 +1496,8 @@ def main() -> None:
             print(f"GRPO engineer: {stage_grpo(envs, args.out, log, args.grpo_minutes)}")
         elif stage == "headroom":
             run_headroom(envs, args.out, log)
+        elif stage == "deployed":
+            run_deployed(envs, args.out, log)
         elif stage == "ablation":
             run_ablation(envs, args.out, log)
         elif stage == "transfer":
