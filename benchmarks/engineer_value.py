@@ -9,10 +9,13 @@ Stages, per env (ALFWorld train / valid_seen, DBBench standard / dev, WebShop go
 files):
 - baselines: the frozen target on the training split (base harness); one round of the template
   teacher on its failures (`train coldstart`, K per packet, canaried on the packet's tasks): the
-  kept patch with the best delta is the **incumbent**, the deployed harness every engineer is
-  trained and judged against (`<env>-incumbent.txt`, also committed); on the held-out split the
+  kept patch with the best delta (whole, or the part DEPLOYED_TEMPLATES keeps) is the
+  **incumbent**, the deployed harness every engineer is trained and judged against
+  (`<env>-incumbent.txt`, also committed); on the held-out split the
   base harness, the incumbent, and the incumbent with Self-Refine. With `--teacher` (stage 2)
   the teacher on held-out packets as in the first report.
+- deployed: how the incumbent was chosen where it keeps only part of stage 1's best patch
+  (DEPLOYED_TEMPLATES): the target on the training split under each subset of its templates.
 - coldstart: the engineers' cold start. The target on COLDSTART_TASKS training tasks under the
   incumbent; the template teacher's one-template proposals on its failures, composed onto the
   incumbent and canaried against it; the lean prompt. Its kept rows go into the repository
@@ -26,8 +29,6 @@ files):
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
   template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
   promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
-- deployed: how the incumbent was chosen where it keeps only part of stage 1's best patch
-  (DEPLOYED_TEMPLATES): the target on the training split under each subset of its templates.
 - headroom: the held-out success under the incumbent with the env's hand-written reference
   patch on top (never trained on): how much a patch could still win on these tasks.
 - ablation: the most trained engineer with each hook removed from what it may write.
@@ -228,7 +229,8 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
         "incumbent": None
         if best is None or not on
         else {
-            "templates": best["metadata"].get("templates"),
+            "templates": list(DEPLOYED_TEMPLATES.get(env, best["metadata"].get("templates"))),
+            "stage1_best_templates": best["metadata"].get("templates"),
             "delta_success": best["metadata"]["delta_success"],
             "description": best["metadata"].get("description"),
         },
@@ -242,9 +244,9 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
 #: top of it (every delta of session 12's table 0; the reference patch on top: 12 -> 11/20).
 #: The incumbent keeps the search and the item choice; the item page (options, purchase) is
 #: left to the target, which never acts there (SmolLM2-135M writes prose on every item page:
-#: 0/16 training tasks, also with the valid actions listed before each decision), so a patch
+#: 0/16 training tasks; 0/8 with the valid actions listed before each decision), so a patch
 #: wins by finishing the purchase. Measured on the training split (16 tasks, BENCHMARKS.md
-#: "A deployed harness with headroom"): search+item 0/16, the whole patch 7/16.
+#: "A deployed harness with headroom"): search+item 0/16, item+options+purchase 7/16.
 DEPLOYED_TEMPLATES: dict[str, tuple[str, ...]] = {"webshop": ("ws_force_search", "ws_click_best")}
 
 
@@ -254,6 +256,7 @@ def deployed_part(env: str, text: str) -> str:
     from harness_r1.sandbox.parse import parse_engineer_output
     from harness_r1.trainer.prompt import render_completion
     from harness_r1.trainer.teacher import TemplateTeacher, choices_in
+    from harness_r1.trainer.templates import RenderContext
 
     keep = DEPLOYED_TEMPLATES.get(env)
     if keep is None:
@@ -262,17 +265,36 @@ def deployed_part(env: str, text: str) -> str:
     assert patch is not None, f"{env}: stage 1's best patch does not parse"
     chosen = [c for c in choices_in(patch.description) if c.name in keep]
     assert sorted(c.name for c in chosen) == sorted(keep), f"{env}: {patch.description}"
+    for choice in chosen:  # the same code: a template that reads the packet would differ
+        body = choice.template.render(dict(choice.params), RenderContext(env=env)).split("\n", 1)
+        live = patch.code_for(choice.template.hook) or ""
+        assert body[1] in live, f"{env}: {choice.name} renders other code than stage 1's"
     part = TemplateTeacher().render_patch(env, chosen)
     purposes = " ".join(f"{c.name} on {c.template.hook}: {c.template.purpose}." for c in chosen)
     return render_completion(part, f"The deployed part of stage 1's best patch. {purposes}")
 
 
 def incumbent_digest(env: str, out: Path) -> str:
-    """What a cold-start row was canaried against: the incumbent file's SHA-256, or "base"."""
-    import hashlib
+    """The env's incumbent now, by content: its patch's SHA-256 (`Patch.sha256`, the think
+    text left out), or "base"."""
+    from harness_r1.sandbox.patchfile import load_patch_file
 
     on = incumbent_on(env, out)
-    return hashlib.sha256(Path(on[1]).read_bytes()).hexdigest() if on else "base"
+    return load_patch_file(Path(on[1]), env).sha256() if on else "base"
+
+
+def canaried_digest(folder: Path) -> str:
+    """What a cold start's candidates were canaried against, as `train coldstart` recorded it
+    in each packet (the incumbent's links), in `incumbent_digest`'s terms."""
+    from harness_r1.contracts import Patch
+
+    digests = {
+        "+".join(Patch.model_validate(link["patch"]).sha256() for link in row["incumbent"]["links"])
+        or "base"
+        for row in trajectories(folder / "packets.jsonl")
+    }
+    assert len(digests) == 1, f"{folder}: packets canaried against {len(digests)} incumbents"
+    return digests.pop()
 
 
 def incumbent_on(env: str, out: Path) -> list[str]:
@@ -321,6 +343,8 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
              *COLDSTART_EXTRA, "--baseline-cache", str(out / "baselines"), *TARGET],
             log)  # fmt: skip
     assert_packets_train_only(env, folder)
+    canaried, now = canaried_digest(folder), incumbent_digest(env, out)
+    assert canaried == now, f"{folder} was canaried against another incumbent: delete it to redo"
     stats = json.loads((folder / "stats.json").read_text())
     if not stats.get("restored"):
         export_coldstart(env, out)
@@ -355,7 +379,7 @@ def export_coldstart(env: str, out: Path) -> int:
             for start in range(max(0, len(words) - 9)):  # ten words in a row: task text
                 shingle = " ".join(words[start : start + 10])
                 assert shingle not in text, f"{env}: a completion holds task text: {shingle!r}"
-        meta = {**row["metadata"], "incumbent_sha256": incumbent_digest(env, out)}
+        meta = {**row["metadata"], "incumbent_sha256": canaried_digest(folder)}
         rows.append({"completion": row["completion"], "metadata": meta})
     path = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1389,40 +1413,51 @@ def run_deployed(envs: list[str], out: Path, log: Path) -> None:
     under each non-empty subset of stage 1's best patch's templates (same parameters), for
     the envs that deploy only part of it. Training tasks only: the choice never looks at the
     held-out split."""
-    import itertools
-
-    from harness_r1.sandbox.parse import parse_engineer_output
-    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
-
-    results: dict[str, dict[str, Any]] = {}
-    for env in (e for e in envs if e in DEPLOYED_TEMPLATES):
-        best = out / f"{env}-stage1-best.txt"
-        if not best.exists():
-            best.write_text((COMMITTED / best.name).read_text(encoding="utf-8"), encoding="utf-8")
-        patch = parse_engineer_output(best.read_text(encoding="utf-8"), env=env).patch
-        assert patch is not None, f"{env}: stage 1's best patch does not parse"
-        chosen = choices_in(patch.description)
-        folder = out / "deployed"
-        folder.mkdir(parents=True, exist_ok=True)
-        results[env] = {}
-        for size in range(1, len(chosen) + 1):
-            for subset in itertools.combinations(chosen, size):
-                name = "+".join(sorted(c.name for c in subset))
-                path = folder / f"{env}-{name}.json"
-                path.write_text(TemplateTeacher().render_patch(env, list(subset)).model_dump_json())
-                runs = folder / f"{env}-train-{name}.jsonl"
-                target_runs(
-                    env, SPLITS[env][0], TRAIN_TASKS[env], SEED, ["--on", str(path)], runs, log
-                )
-                results[env][name] = {
-                    **rate(runs),
-                    "deployed": sorted(DEPLOYED_TEMPLATES[env]) == name.split("+"),
-                }
+    results = {env: deployed_subsets(env, out, log) for env in envs if env in DEPLOYED_TEMPLATES}
+    if not results:
+        print(f"no env of {envs} deploys part of its patch ({sorted(DEPLOYED_TEMPLATES)} do)")
+        return
     keep_results("results-deployed.json", results, out)
     for env, rows in results.items():
         for name, row in rows.items():
             mark = " (deployed)" if row["deployed"] else ""
             print(f"| {env} | {name}{mark} | {row['successes']}/{row['n']} |")
+
+
+def deployed_subsets(env: str, out: Path, log: Path) -> dict[str, dict[str, Any]]:
+    """The env's training success under each subset of stage 1's best patch's templates,
+    keyed by the subset's names; each with its patch's SHA-256 (a run file of another patch
+    is not reused: its name carries the hash)."""
+    import itertools
+
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
+
+    best = out / f"{env}-stage1-best.txt"
+    if not best.exists():
+        best.write_text((COMMITTED / best.name).read_text(encoding="utf-8"), encoding="utf-8")
+    patch = parse_engineer_output(best.read_text(encoding="utf-8"), env=env).patch
+    assert patch is not None, f"{env}: stage 1's best patch does not parse"
+    chosen = choices_in(patch.description)
+    assert chosen, f"{env}: stage 1's best patch names no template"
+    folder = out / "deployed"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, dict[str, Any]] = {}
+    for size in range(1, len(chosen) + 1):
+        for subset in itertools.combinations(chosen, size):
+            name = "+".join(sorted(c.name for c in subset))
+            part = TemplateTeacher().render_patch(env, list(subset))
+            path = folder / f"{env}-{name}-{part.sha256()[:12]}.json"
+            path.write_text(part.model_dump_json())
+            runs = path.with_suffix(".train.jsonl")
+            target_runs(env, SPLITS[env][0], TRAIN_TASKS[env], SEED, ["--on", str(path)], runs, log)
+            rows[name] = {
+                **rate(runs),
+                "labels": [c.label() for c in subset],
+                "patch_sha256": part.sha256(),
+                "deployed": sorted(DEPLOYED_TEMPLATES[env]) == name.split("+"),
+            }
+    return rows
 
 
 def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:

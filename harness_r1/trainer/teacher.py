@@ -61,8 +61,8 @@ __all__ = [
     "TeacherConfig",
     "TemplateChoice",
     "TemplateTeacher",
-    "library_table",
     "choices_in",
+    "library_table",
     "templates_in",
 ]
 
@@ -425,27 +425,38 @@ def templates_in(description: str) -> list[str]:
     return [n.strip() for n in head.split(",") if n.strip() in TEMPLATES]
 
 
-def choices_in(description: str) -> list[TemplateChoice]:
-    """The template choices, parameters included, a template-teacher description lists: the
-    inverse of its `label`s, so a deployed patch can be re-rendered with some of its templates
-    (empty for other texts). A value is read as a Python literal, else kept as the word it is
-    (a choice parameter such as `columns=named`)."""
-    names = templates_in(description)
-    labels = dict(_LABEL.findall(description))
-    return [TemplateChoice.of(name, _params(labels.get(name, ""))) for name in names]
-
-
 _LABEL = re.compile(r"\b(\w+)\(([^()]*)\)\.")
 
 
-def _params(inner: str) -> dict[str, Any]:
+def choices_in(description: str) -> list[TemplateChoice]:
+    """The template choices, parameters included, a template-teacher description lists: the
+    inverse of its `label`s, so a deployed patch can be re-rendered with some of its templates
+    (empty for a text that is not a teacher's description). Raises ValueError where a listed
+    template has no label or a value does not read back as written: a silent default would
+    re-render another patch."""
+    labels = dict(_LABEL.findall(description))
+    choices = []
+    for name in templates_in(description):
+        if name not in labels:
+            raise ValueError(f"{name} is listed without its parameters")
+        choice = TemplateChoice.of(name, _params(name, labels[name]))
+        if choice.label() != f"{name}({labels[name]})":
+            raise ValueError(f"{name}({labels[name]}) reads back as {choice.label()}")
+        choices.append(choice)
+    return choices
+
+
+def _params(name: str, inner: str) -> dict[str, Any]:
+    """`key=value, ...` as the label wrote it (`str` of each value), each value read back by its
+    parameter's own choices or literal type."""
+    template = TEMPLATES[name]
     params: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in inner.split(","))):
-        key, _, value = part.partition("=")
-        try:
-            params[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            params[key.strip()] = value.strip()
+        key, _, text = (x.strip() for x in part.partition("="))
+        values = {str(v): v for v in template.param(key).values()}
+        if text not in values:
+            raise ValueError(f"{name}: {key}={text} is not one of its values")
+        params[key] = values[text]
     return params
 
 

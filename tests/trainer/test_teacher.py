@@ -492,33 +492,37 @@ def test_when_only_live_templates_apply_they_are_proposed_as_replacements() -> N
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_choices_in_reads_back_every_template_with_sampled_parameters(env: str) -> None:
+def test_choices_in_reads_back_every_value_of_every_parameter(env: str) -> None:
     """A deployed patch's description names its templates with their parameters: read back,
-    they re-render the same patch (how the benchmark keeps part of an incumbent)."""
-    import random
-
-    rng = random.Random(0)
+    they re-render the same patch (how the benchmark keeps part of an incumbent). Every value
+    of every parameter once, so a default cannot hide a value that does not read back."""
     teacher = TemplateTeacher()
     for template in sorted(TEMPLATES.values(), key=lambda t: t.name):
         if not template.applies_to(env):
             continue
-        params = {p.name: p.sample(rng) for p in template.params}
-        choice = TemplateChoice.of(template.name, params)
-        patch = teacher.render_patch(env, [choice])
-        assert choices_in(patch.description) == [choice], template.name
-        again = teacher.render_patch(env, choices_in(patch.description))
-        assert again == patch
+        for param in template.params:
+            for value in param.values():
+                choice = TemplateChoice.of(template.name, {param.name: value})
+                patch = teacher.render_patch(env, [choice])
+                assert choices_in(patch.description) == [choice], choice.label()
+                assert teacher.render_patch(env, choices_in(patch.description)) == patch
 
 
-def test_choices_in_keeps_a_subset_and_ignores_other_texts() -> None:
+def test_choices_in_keeps_the_order_and_refuses_what_would_not_read_back() -> None:
     chosen = [
         TemplateChoice.of("ws_force_search", {"max_words": 6}),
         TemplateChoice.of("ws_click_best", {"min_similarity": 0.2, "search": False}),
         TemplateChoice.of("ws_pick_options", {"buy": False}),
     ]
-    patch = TemplateTeacher().render_patch("webshop", chosen)
-    assert choices_in(patch.description) == chosen
+    description = TemplateTeacher().render_patch("webshop", chosen).description
+    assert choices_in(description) == chosen
     assert choices_in("a hand-written fix (no templates)") == []
+    with pytest.raises(ValueError, match="without its parameters"):
+        choices_in("templates: ws_force_search. A search.")
+    with pytest.raises(ValueError, match="not one of its values"):
+        choices_in("templates: ws_pick_options. ws_pick_options(buy=maybe, threshold=0.6).")
+    with pytest.raises(ValueError, match="not one of its values"):
+        choices_in("templates: ws_pick_options. ws_pick_options(buy=True, threshold=0.65).")
 
 
 def webshop_stalled_on_item_packet() -> FailurePacket:
@@ -542,6 +546,13 @@ def webshop_stalled_on_item_packet() -> FailurePacket:
     return _packet("webshop", episodes, invalid_actions=3, repeated_actions=1, step_limit_hits=2)
 
 
+def _with_snippet(packet: FailurePacket, action: str, flags: list[str]) -> FailurePacket:
+    """Every episode of `packet` with one more step."""
+    step = Snippet(step=9, action=action, observation="", flags=flags)
+    episodes = [e.model_copy(update={"snippets": [*e.snippets, step]}) for e in packet.episodes]
+    return packet.model_copy(update={"episodes": episodes})
+
+
 def test_a_packet_stalled_on_the_item_page_ranks_finishing_the_purchase_first() -> None:
     """An agent that opens an item and never buys needs the purchase finished for it: the
     generic format fixes (snap, veto, reminders) would leave the decision to the model."""
@@ -550,20 +561,36 @@ def test_a_packet_stalled_on_the_item_page_ranks_finishing_the_purchase_first() 
     packet = webshop_stalled_on_item_packet()
     assert packet_features(packet)["never_bought"] == 1.0
     assert TemplateTeacher().rank(packet)[0][0].name == "ws_pick_options"
-    bought = packet.model_copy(
+    bought = _with_snippet(packet, "click[buy now]", [])
+    assert packet_features(bought)["never_bought"] == 0.0
+    refused = _with_snippet(packet, "click[buy now]", ["invalid"])  # an invalid buy is no buy
+    assert packet_features(refused)["never_bought"] == 1.0
+    won = packet.model_copy(
+        update={"episodes": [e.model_copy(update={"success": True}) for e in packet.episodes]}
+    )
+    assert packet_features(won)["never_bought"] == 0.0
+    assert packet_features(webshop_click_packet())["never_bought"] == 0.0  # no item opened
+
+
+def test_never_bought_is_a_webshop_signal_only() -> None:
+    from harness_r1.trainer.templates import packet_features
+
+    stalled = webshop_stalled_on_item_packet()
+    elsewhere = stalled.model_copy(update={"env": "alfworld"})
+    assert packet_features(elsewhere)["never_bought"] == 0.0
+    unopened = stalled.model_copy(
         update={
             "episodes": [
                 e.model_copy(
                     update={
                         "snippets": [
-                            *e.snippets,
-                            Snippet(step=9, action="click[buy now]", observation="", flags=[]),
+                            s.model_copy(update={"flags": ["invalid"]}) if "ASIN" in s.action else s
+                            for s in e.snippets
                         ]
                     }
                 )
-                for e in packet.episodes
+                for e in stalled.episodes
             ]
         }
     )
-    assert packet_features(bought)["never_bought"] == 0.0
-    assert packet_features(webshop_click_packet())["never_bought"] == 0.0
+    assert packet_features(unopened)["never_bought"] == 0.0  # the item click was refused

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness_r1.contracts import FailurePacket, HookName
+from harness_r1.contracts import FailurePacket, HookName, PacketEpisode
 
 #: Feature names a template may weigh (all in [0, 1]; see `packet_features`).
 FEATURES: tuple[str, ...] = (
@@ -175,13 +175,17 @@ def _valid_click(snippet: Any) -> bool:
 _ITEM_CLICK = re.compile(r"click\[(asin-\d+|b0[a-z0-9]{8})\]", re.IGNORECASE)
 
 
-def _never_bought(episode: Any) -> bool:
-    """Opened an item (a valid click on a result) and never clicked buy now: the failure of an
-    agent that reaches the item page and cannot finish there."""
+def _never_bought(episode: PacketEpisode) -> bool:
+    """Opened an item (a valid click on a result) and never bought (no valid `click[buy now]`)
+    in the packet's snippets, and failed: an agent that reaches the item page and cannot
+    finish there. The snippets are the steps near the failure point: a click before them is
+    not seen (the benchmark's 6-step episodes fit)."""
     opened = any(
         _ITEM_CLICK.fullmatch(s.action.strip()) and _valid_click(s) for s in episode.snippets
     )
-    bought = any(s.action.strip().lower() == "click[buy now]" for s in episode.snippets)
+    bought = any(
+        s.action.strip().lower() == "click[buy now]" and _valid_click(s) for s in episode.snippets
+    )
     return bool(opened and not bought and not episode.success)
 
 
