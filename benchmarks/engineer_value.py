@@ -229,7 +229,9 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
         "incumbent": None
         if best is None or not on
         else {
-            "templates": list(DEPLOYED_TEMPLATES.get(env, best["metadata"].get("templates"))),
+            "templates": list(DEPLOYED_TEMPLATES[env])
+            if env in DEPLOYED_TEMPLATES
+            else best["metadata"].get("templates"),
             "stage1_best_templates": best["metadata"].get("templates"),
             "delta_success": best["metadata"]["delta_success"],
             "description": best["metadata"].get("description"),
