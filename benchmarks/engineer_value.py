@@ -255,17 +255,15 @@ DEPLOYED_TEMPLATES: dict[str, tuple[str, ...]] = {"webshop": ("ws_force_search",
 def deployed_part(env: str, text: str) -> str:
     """Stage 1's best patch (`text`, the teacher's completion) as the env's incumbent: whole,
     or re-rendered with only DEPLOYED_TEMPLATES' templates (same parameters, same order)."""
-    from harness_r1.sandbox.parse import parse_engineer_output
     from harness_r1.trainer.prompt import render_completion
-    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
+    from harness_r1.trainer.teacher import TemplateTeacher
     from harness_r1.trainer.templates import RenderContext
 
     keep = DEPLOYED_TEMPLATES.get(env)
     if keep is None:
         return text
-    patch = parse_engineer_output(text, env=env).patch
-    assert patch is not None, f"{env}: stage 1's best patch does not parse"
-    chosen = [c for c in choices_in(patch.description) if c.name in keep]
+    patch, every = stage1_choices(env, text)
+    chosen = [c for c in every if c.name in keep]
     assert sorted(c.name for c in chosen) == sorted(keep), f"{env}: {patch.description}"
     for choice in chosen:  # the same code: a template that reads the packet would differ
         body = choice.template.render(dict(choice.params), RenderContext(env=env)).split("\n", 1)
@@ -274,6 +272,18 @@ def deployed_part(env: str, text: str) -> str:
     part = TemplateTeacher().render_patch(env, chosen)
     purposes = " ".join(f"{c.name} on {c.template.hook}: {c.template.purpose}." for c in chosen)
     return render_completion(part, f"The deployed part of stage 1's best patch. {purposes}")
+
+
+def stage1_choices(env: str, text: str) -> tuple[Any, list[Any]]:
+    """Stage 1's best patch (the teacher's completion `text`) and its template choices."""
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.trainer.teacher import choices_in
+
+    patch = parse_engineer_output(text, env=env).patch
+    assert patch is not None, f"{env}: stage 1's best patch does not parse"
+    chosen = choices_in(patch.description)
+    assert chosen, f"{env}: stage 1's best patch names no template"
+    return patch, chosen
 
 
 def incumbent_digest(env: str, out: Path) -> str:
@@ -349,7 +359,7 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     assert canaried == now, f"{folder} was canaried against another incumbent: delete it to redo"
     stats = json.loads((folder / "stats.json").read_text())
     if not stats.get("restored"):
-        export_coldstart(env, out)
+        export_coldstart(env, out, canaried)
     kept = trajectories(folder / "dataset.jsonl")
     deltas = [row["metadata"]["delta_success"] for row in kept]
     return {
@@ -364,13 +374,14 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     }
 
 
-def export_coldstart(env: str, out: Path) -> int:
+def export_coldstart(env: str, out: Path, incumbent_sha256: str) -> int:
     """The env's kept rows without their prompts, into the repository (COMMITTED): the
     teacher's completions and their canary provenance hold no task data (asserted: no ten words
     in a row of a packet's task instruction appear in a completion; DBBench's boilerplate "the
     name of this table is" is shorter), the prompts do. `restore_coldstart`
     rebuilds the prompts from regenerated training runs, so a later session trains on the
-    same rows without paying the canary again."""
+    same rows without paying the canary again. `incumbent_sha256`: what the canary ran against
+    (`canaried_digest`), kept in each row."""
     folder = out / f"{env}-engineer-coldstart"
     packets = {row["packet_id"]: row for row in trajectories(folder / "packets.jsonl")}
     rows = []
@@ -381,7 +392,7 @@ def export_coldstart(env: str, out: Path) -> int:
             for start in range(max(0, len(words) - 9)):  # ten words in a row: task text
                 shingle = " ".join(words[start : start + 10])
                 assert shingle not in text, f"{env}: a completion holds task text: {shingle!r}"
-        meta = {**row["metadata"], "incumbent_sha256": canaried_digest(folder)}
+        meta = {**row["metadata"], "incumbent_sha256": incumbent_sha256}
         rows.append({"completion": row["completion"], "metadata": meta})
     path = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -407,7 +418,8 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     committed = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
     if not committed.exists():
         return False
-    against = {row["metadata"].get("incumbent_sha256") for row in trajectories(committed)}
+    committed_rows = trajectories(committed)
+    against = {row["metadata"].get("incumbent_sha256") for row in committed_rows}
     if against != {incumbent_digest(env, out)}:
         print(f"{env}: the committed cold start was canaried against another incumbent "
               f"({sorted(map(str, against))}): it runs again")  # fmt: skip
@@ -425,7 +437,7 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     sources = sources_from_runs([runs], env, SPLITS[env][0], root, config)
     rows, missing, how = [], 0, Counter[str]()
     used: dict[str, Any] = {}
-    for row in trajectories(committed):
+    for row in committed_rows:
         way, source = packet_of(row["metadata"], sources)
         if source is None:
             missing += 1
@@ -1432,16 +1444,12 @@ def deployed_subsets(env: str, out: Path, log: Path) -> dict[str, dict[str, Any]
     is not reused: its name carries the hash)."""
     import itertools
 
-    from harness_r1.sandbox.parse import parse_engineer_output
-    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
+    from harness_r1.trainer.teacher import TemplateTeacher
 
     best = out / f"{env}-stage1-best.txt"
     if not best.exists():
         best.write_text((COMMITTED / best.name).read_text(encoding="utf-8"), encoding="utf-8")
-    patch = parse_engineer_output(best.read_text(encoding="utf-8"), env=env).patch
-    assert patch is not None, f"{env}: stage 1's best patch does not parse"
-    chosen = choices_in(patch.description)
-    assert chosen, f"{env}: stage 1's best patch names no template"
+    _, chosen = stage1_choices(env, best.read_text(encoding="utf-8"))
     folder = out / "deployed"
     folder.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}
