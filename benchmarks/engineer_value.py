@@ -1021,6 +1021,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     ]
     row: dict[str, Any] = {
         "engineer": name,
+        "incumbent_sha256": incumbent_digest(env, out),
         "proposals": summary["proposals"],
         "valid": summary["valid"],
         "valid_ci": list(wilson_interval(summary["valid"], summary["proposals"])),
@@ -1245,8 +1246,36 @@ def keep_results(name: str, results: Any, out: Path) -> None:
         (folder / name).write_text(json.dumps(results, indent=2) + "\n")
 
 
+def committed_results(name: str) -> dict[str, Any]:
+    """A stage's committed results (empty before its first run): a run over some envs or
+    engineers merges into them rather than dropping the others' rows."""
+    path = COMMITTED / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def merged_engineer_rows(
+    earlier: dict[str, list[dict[str, Any]]], rows: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """The committed table with this run's rows in: per env, an earlier row is kept only for an
+    engineer not rerun and only if it ran against the same incumbent as this run's rows."""
+    merged = {env: list(found) for env, found in earlier.items()}
+    for env, found in rows.items():
+        rerun = {row["engineer"] for row in found}
+        incumbents = {row["incumbent_sha256"] for row in found}
+        kept = [
+            row
+            for row in earlier.get(env, [])
+            if row["engineer"] not in rerun and row.get("incumbent_sha256") in incumbents
+        ]
+        order = {name: i for i, name in enumerate(ENGINEERS)}
+        merged[env] = sorted([*kept, *found], key=lambda row: order.get(row["engineer"], 99))
+    return merged
+
+
 def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...]) -> None:
-    rows = stage_engineers(envs, out, log, names)
+    rows = merged_engineer_rows(
+        committed_results("results-engineers.json"), stage_engineers(envs, out, log, names)
+    )
     keep_results("results-engineers.json", rows, out)
     for folder in (out, COMMITTED):
         plot_engineers(rows, folder / "engineers.png")
@@ -1405,7 +1434,9 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
             deployed: rate(heldout_runs(env, out, log)),
             f"{deployed}+{REFERENCE[env]}": rate(path),
         }
-    keep_results("results-headroom.json", results, out)
+    keep_results(
+        "results-headroom.json", {**committed_results("results-headroom.json"), **results}, out
+    )
     for env, rows in results.items():
         for condition, row in rows.items():
             low, high = row["ci"]
