@@ -857,7 +857,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     version = grpo_engineer(out)
     if version is not None:
         if version != COMMITTED_GRPO:  # published here by an earlier run of this stage
-            commit_grpo(version, sft)
+            commit_grpo(version, sft, envs)
         return version
     packets = out / "engineer-packets.jsonl"
     packets.write_text(
@@ -867,14 +867,15 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
                "--adapter", str(sft), *GRPO_ARGS]  # fmt: skip
     if minutes is not None:
         command += ["--stop-after-minutes", str(minutes)]
-    carried = carried_grpo(sft)
+    carried = carried_grpo(sft, envs)
     if carried is not None:
         command += ["--resume-from", str(carried)]
     if not run(command, log, paused_ok=True):
         paused = json.loads((out / "engineer" / PAUSED_FILE).read_text())
         checkpoint = Path(paused["checkpoint"])
         record_grpo_curve(checkpoint / "trainer_state.json", out)
-        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "step": paused["step"]}
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "envs": envs,
+                   "step": paused["step"]}  # fmt: skip
 
         def note_lineage(staging: Path) -> None:
             (staging / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
@@ -886,7 +887,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     version = grpo_version(out, sft)
     assert version is not None, "train grpo online published no version"
     record_grpo_curve(checkpoints(version)[-1][1] / "trainer_state.json", out)
-    commit_grpo(version, sft)
+    commit_grpo(version, sft, envs)
     return version
 
 
@@ -938,14 +939,19 @@ def weights_sha(version: Path) -> str:
     return file_sha256(version / "adapter_model.safetensors")
 
 
-def carried_grpo(sft: Path) -> Path | None:
-    """The committed paused checkpoint when it continues a run from `sft` with GRPO_ARGS."""
+def carried_grpo(sft: Path, envs: list[str]) -> Path | None:
+    """The committed paused checkpoint when it continues a run from `sft` with GRPO_ARGS on
+    the packets of the same envs."""
     lineage = CARRIED_GRPO / "lineage.json"
     if not lineage.exists():
         return None
     meta = json.loads(lineage.read_text())
-    if meta["sft_weights"] != weights_sha(sft) or meta["grpo_args"] != GRPO_ARGS:
-        print(f"{CARRIED_GRPO}: from another SFT engineer or GRPO_ARGS: GRPO starts afresh")
+    if (meta["sft_weights"], meta["grpo_args"], meta.get("envs")) != (
+        weights_sha(sft),
+        GRPO_ARGS,
+        envs,
+    ):
+        print(f"{CARRIED_GRPO}: from another SFT engineer, GRPO_ARGS or envs: GRPO starts afresh")
         return None
     return CARRIED_GRPO
 
@@ -967,13 +973,13 @@ def grpo_engineer(out: Path) -> Path | None:
     return None
 
 
-def commit_grpo(version: Path, sft: Path) -> None:
+def commit_grpo(version: Path, sft: Path, envs: list[str]) -> None:
     """Keep the finished GRPO engineer in the repository with the SFT weights it started
     from; the carried checkpoint has served."""
     import shutil
 
     def note_lineage(copy: Path) -> None:
-        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS}
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "envs": envs}
         (copy / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
 
     if version != COMMITTED_GRPO:
