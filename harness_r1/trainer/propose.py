@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
 from harness_r1.contracts import FailurePacket, HookName, Patch
 from harness_r1.sandbox.intake import first_violation
-from harness_r1.sandbox.parse import parse_engineer_output
+from harness_r1.sandbox.parse import ParseResult, parse_engineer_output
 from harness_r1.sandbox.static import StaticLimits, check_patch
 from harness_r1.trainer.engineer import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -36,8 +36,11 @@ from harness_r1.trainer.engineer import (
     build_engineer,
 )
 from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
+from harness_r1.trainer.template_calls import CallResult, template_call
 
 Stage = Literal["parse", "scope", "static"]
+#: the reason of a template call that names templates wrongly (stage "parse")
+BAD_TEMPLATE_CALL = "bad_template_call"
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,19 @@ def classify(
     hooks: Collection[HookName] = tuple(HookName),
 ) -> Proposal:
     """Parse and statically check one sample; `hooks`: the hooks this engineer may write (a
-    patch writing another is refused at stage "scope"). Never raises (no layer does)."""
-    parsed = parse_engineer_output(sample.text, env=env)
+    patch writing another is refused at stage "scope"). A template call (`template_calls`) is
+    rendered into its patch first; one that names templates wrongly is refused at stage "parse"
+    as `bad_template_call`. Never raises (no layer does)."""
+    call = _template_call(sample.text, env, limits)
+    if call is not None and call.patch is None:
+        return Proposal(index=index, sample=sample, patch=None, valid=False, stage="parse",
+                        reason=BAD_TEMPLATE_CALL, message=call.error or "",
+                        codes=(BAD_TEMPLATE_CALL,))  # fmt: skip
+    parsed = (
+        parse_engineer_output(sample.text, env=env)
+        if call is None
+        else ParseResult(patch=call.patch, notes=("template call",))
+    )
     refused = partial(
         Proposal, index=index, sample=sample, patch=parsed.patch, valid=False, notes=parsed.notes
     )
@@ -125,6 +139,14 @@ def classify(
             codes=tuple(report.codes()),
         )
     return Proposal(index=index, sample=sample, patch=parsed.patch, valid=True, notes=parsed.notes)
+
+
+def _template_call(text: str, env: str, limits: StaticLimits | None) -> CallResult | None:
+    """`template_call`, never raising (classify's contract): an unexpected error is a bad call."""
+    try:
+        return template_call(text, env, limits)
+    except Exception as err:  # noqa: BLE001 - classify never raises
+        return CallResult(error=f"template call: {type(err).__name__}")
 
 
 def propose_patches(

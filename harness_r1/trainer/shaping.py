@@ -35,6 +35,7 @@ PARSE_WEIGHTS: Mapping[str, float] = {
     "invalid_json": 0.75,
     "invalid_patch": 0.5,
     "env_mismatch": 0.5,
+    "bad_template_call": 0.5,  # a call in shape, a template or value wrong (template_calls)
 }
 STATIC_WEIGHT = 0.25
 RUNNER_REFUSED_WEIGHT = 0.25
