@@ -511,20 +511,37 @@ def merge_coldstart(envs: list[str], out: Path) -> int:
 
 
 def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str, str]]:
-    """A teacher's completion written in the current output format (`render_completion`): the
-    committed rows were written as `<patch>{json}</patch>`, before the sectioned format. The
-    patch and the think line are the same (asserted); only how the patch is written changes."""
+    """A teacher's completion written in the current output format: since session 14 a
+    template call (`harness_r1.trainer.template_calls`: the think block and the description
+    line naming the templates and their parameters, no code), which renders the teacher's
+    patch; the committed rows were written as `<patch>{json}</patch>`. The think line and the
+    template choices are the same (asserted). A template that adapts to the packet (ALFWorld's
+    and WebShop's skills, DBBench's hints by query type) renders its general form from a call
+    (`call_renders_as_canaried` counts those rows); the choice the row teaches is the same."""
     from harness_r1.sandbox.parse import parse_engineer_output
     from harness_r1.trainer.prompt import render_completion
+    from harness_r1.trainer.template_calls import as_call, template_call
 
     parsed = parse_engineer_output(completion[-1]["content"], env=env)
     if parsed.patch is None:
         raise ValueError(f"{env}: a committed row does not parse: {parsed.message}")
-    text = render_completion(parsed.patch, parsed.think)
-    again = parse_engineer_output(text, env=env)
-    if again.patch != parsed.patch or again.think != parsed.think:
-        raise ValueError(f"{env}: the current format changed a row's patch or think line")
+    text = as_call(render_completion(parsed.patch, parsed.think), env)
+    if text is None:
+        raise ValueError(f"{env}: a committed row is no template teacher's patch")
+    call = template_call(text, env)
+    if call is None or call.patch is None or call.patch.description != parsed.patch.description:
+        raise ValueError(f"{env}: a committed row's call does not render its templates")
     return [*completion[:-1], {**completion[-1], "content": text}]
+
+
+def call_renders_as_canaried(completion: list[dict[str, str]], env: str) -> bool:
+    """Whether a committed row's call (`current_format`) renders the very patch its canary ran."""
+    from harness_r1.sandbox.parse import parse_engineer_output
+    from harness_r1.trainer.template_calls import template_call
+
+    canaried = parse_engineer_output(completion[-1]["content"], env=env).patch
+    call = template_call(current_format(completion, env)[-1]["content"], env)
+    return call is not None and call.patch == canaried
 
 
 def heldout_runs(env: str, out: Path, log: Path) -> Path:
