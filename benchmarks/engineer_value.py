@@ -1029,7 +1029,11 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         return None
     on = incumbent_on(env, out)
     temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
-    path = out / "engineers" / f"{env}-{name}-t{temperature}.json"  # another sampling: run again
+    weights = (
+        weights_sha(Path(args[args.index("--adapter") + 1]))[:12] if "--adapter" in args else ""
+    )
+    tag = f"-{weights}" if weights else ""  # a retrained engineer (new weights): run again
+    path = out / "engineers" / f"{env}-{name}{tag}-t{temperature}.json"  # another sampling too
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
@@ -1045,6 +1049,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     row: dict[str, Any] = {
         "engineer": name,
         "incumbent_sha256": incumbent_digest(env, out),
+        "weights_sha256_12": weights or None,
         "proposals": summary["proposals"],
         "valid": summary["valid"],
         "valid_ci": list(wilson_interval(summary["valid"], summary["proposals"])),
@@ -1061,9 +1066,9 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     after = heldout_runs(env, out, log)
     if promoted:
         best = max(promoted, key=lambda sample: sample["delta"])  # first of the best
-        patch_file = out / "engineers" / f"{env}-{name}-best.json"
+        patch_file = out / "engineers" / f"{env}-{name}{tag}-best.json"
         patch_file.write_text(json.dumps(best["patch"]), encoding="utf-8")
-        after = out / "engineers" / f"{env}-{name}-heldout-after-best.jsonl"
+        after = out / "engineers" / f"{env}-{name}{tag}-heldout-after-best.jsonl"
         heldout_target_runs(env, [*on, "--on", str(patch_file)], after, log)
     row["heldout_after_best"] = rate(after)
     row["heldout_after_best"]["patched"] = bool(promoted)
