@@ -29,14 +29,15 @@ import re
 from dataclasses import dataclass
 
 from harness_r1.contracts import Patch
-from harness_r1.sandbox.parse import SECTION_LINE, parse_engineer_output
+from harness_r1.sandbox.parse import MAX_INPUT_CHARS, SECTION_LINE, parse_engineer_output
 from harness_r1.sandbox.static import StaticLimits
 from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher, choices_in
 
 #: the patch block of a call: the description line alone (its `</patch>` may be cut off by the
-#: token limit); text before `<patch>` (the think block) is the caller's
+#: token limit); text before `<patch>` (the think block) is the caller's. Greedy to the line's
+#: end, so hostile input cannot make it backtrack quadratically (tested on 200k characters)
 _CALL = re.compile(
-    r"<patch\s*>\s*#[ \t]*description:[ \t]*(templates:[^\n]*?)[ \t]*(?:\n\s*)?(?:</patch\s*>|\Z)",
+    r"<patch\s*>\s*#[ \t]*description:[ \t]*(templates:[^\n]*)(?:\n\s*)?(?:</patch\s*>|\Z)",
     re.IGNORECASE,
 )
 
@@ -53,7 +54,7 @@ class CallResult:
 def template_call(text: str, env: str, limits: StaticLimits | None = None) -> CallResult | None:
     """The patch a call renders, or None when `text` is no call (free code, JSON, no patch
     block, or a description that names no template of the library: parsed as usual)."""
-    if not isinstance(text, str) or SECTION_LINE.search(text):
+    if not isinstance(text, str) or len(text) > MAX_INPUT_CHARS or SECTION_LINE.search(text):
         return None
     found = _CALL.search(text)
     if found is None:

@@ -3,6 +3,8 @@ parsed as before; a call that names templates wrongly is refused with its own re
 
 from __future__ import annotations
 
+import time
+
 from harness_r1.contracts import Patch
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.prompt import render_completion
@@ -92,3 +94,10 @@ def test_free_code_has_no_call_form() -> None:
 
 def test_a_bad_call_is_graded_as_a_patch_in_shape_with_a_wrong_part() -> None:
     assert PARSE_WEIGHTS[BAD_TEMPLATE_CALL] < PARSE_WEIGHTS["no_patch_block"]
+
+
+def test_a_hostile_call_line_is_read_in_linear_time() -> None:
+    text = "<patch># description: templates: " + " " * 199_000 + "x"
+    started = time.perf_counter()
+    assert template_call(text, "webshop") is None
+    assert time.perf_counter() - started < 1.0
