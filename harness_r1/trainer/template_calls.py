@@ -52,8 +52,9 @@ class CallResult:
 
 
 def template_call(text: str, env: str, limits: StaticLimits | None = None) -> CallResult | None:
-    """The patch a call renders, or None when `text` is no call (free code, JSON, no patch
-    block, or a description that names no template of the library: parsed as usual)."""
+    """The patch a call renders, an error for a call-shaped text that names no template of the
+    library or names one wrongly, or None when `text` is no call (free code, JSON, no patch
+    block, another description: parsed as usual)."""
     if not isinstance(text, str) or len(text) > MAX_INPUT_CHARS or SECTION_LINE.search(text):
         return None
     found = _CALL.search(text)
@@ -64,8 +65,9 @@ def template_call(text: str, env: str, limits: StaticLimits | None = None) -> Ca
         choices = choices_in(description)
     except ValueError as err:
         return CallResult(error=f"template call: {err}")
-    if not choices:
-        return None
+    if not choices:  # call-shaped, but no template of the library named: say so
+        named = description.removeprefix("templates:").split(".", 1)[0].strip()
+        return CallResult(error=f"template call: {named[:80]!r} names no template of the library")
     foreign = [c.name for c in choices if not c.template.applies_to(env)]
     if foreign:
         return CallResult(error=f"template call: {', '.join(foreign)} is not for env {env}")

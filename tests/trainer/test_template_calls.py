@@ -80,6 +80,13 @@ def test_a_description_that_names_no_template_is_no_call() -> None:
     assert classify(EngineerSample(text=text), "webshop").reason != BAD_TEMPLATE_CALL
 
 
+def test_a_call_of_an_invented_template_is_a_bad_call() -> None:
+    text = _call("templates: db_sql_error_sql_count. db_sql_error_sql_count(max_rows=100).")
+    proposal = classify(EngineerSample(text=text), "dbbench")
+    assert (proposal.stage, proposal.reason) == ("parse", BAD_TEMPLATE_CALL)
+    assert "'db_sql_error_sql_count' names no template" in proposal.message
+
+
 def test_a_teachers_completion_as_a_call_renders_the_same_patch() -> None:
     completion = render_completion(_teacher_patch(), "Buy.")
     call = as_call(completion, "webshop")
@@ -99,5 +106,6 @@ def test_a_bad_call_is_graded_as_a_patch_in_shape_with_a_wrong_part() -> None:
 def test_a_hostile_call_line_is_read_in_linear_time() -> None:
     text = "<patch># description: templates: " + " " * 199_000 + "x"
     started = time.perf_counter()
-    assert template_call(text, "webshop") is None
+    result = template_call(text, "webshop")
     assert time.perf_counter() - started < 1.0
+    assert result is not None and result.patch is None  # "x" is no template
