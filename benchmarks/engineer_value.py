@@ -1249,7 +1249,8 @@ def run_sft(envs: list[str], out: Path, log: Path) -> None:
     assert version is not None
     commit_sft(version, out / "engineer-coldstart.jsonl")
     commit_curve(curve)
-    plot_sft(curve, version, out / "sft-curve.png")
+    for folder in (out, COMMITTED):
+        plot_sft(curve, version, folder / "sft-curve.png")
     for point in curve:
         low, high = point["ci"]
         print(f"step {point['step']}: {point['valid']}/{point['proposals']} valid "
