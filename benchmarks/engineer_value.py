@@ -514,8 +514,9 @@ def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str,
     """A teacher's completion written in the current output format: since session 14 a
     template call (`harness_r1.trainer.template_calls`: the think block and the description
     line naming the templates and their parameters, no code), which renders the teacher's
-    patch; the committed rows were written as `<patch>{json}</patch>`. The think line and the
-    template choices are the same (asserted). A template that adapts to the packet (ALFWorld's
+    patch; the committed rows were written as `<patch>{json}</patch>`. The think line is
+    carried over as written; the template choices are the same (asserted: the call renders a
+    patch with the row's description). A template that adapts to the packet (ALFWorld's
     and WebShop's skills, DBBench's hints by query type) renders its general form from a call
     (`call_renders_as_canaried` counts those rows); the choice the row teaches is the same."""
     from harness_r1.sandbox.parse import parse_engineer_output
@@ -963,11 +964,8 @@ def carried_grpo(sft: Path, envs: list[str]) -> Path | None:
     if not lineage.exists():
         return None
     meta = json.loads(lineage.read_text())
-    if (meta["sft_weights"], meta["grpo_args"], meta.get("envs")) != (
-        weights_sha(sft),
-        GRPO_ARGS,
-        envs,
-    ):
+    same = (weights_sha(sft), GRPO_ARGS, sorted(envs))
+    if (meta["sft_weights"], meta["grpo_args"], sorted(meta.get("envs") or [])) != same:
         print(f"{CARRIED_GRPO}: from another SFT engineer, GRPO_ARGS or envs: GRPO starts afresh")
         return None
     return CARRIED_GRPO
@@ -1020,6 +1018,28 @@ def engineer_args(name: str, out: Path) -> list[str] | None:
     return None if version is None else ["--adapter", str(version)]
 
 
+def engineer_files(env: str, name: str, out: Path, args: list[str]) -> dict[str, Path]:
+    """Where an engineer's table row keeps its files: keyed by the incumbent (a report from
+    before an incumbent change is not reused) and, for a trained engineer, by its weights (a
+    retrained engineer runs again); the sampling in the report's name."""
+    temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
+    weights = adapter_weights(args)
+    tag = incumbent_digest(env, out)[:12] + (f"-{weights}" if weights else "")
+    stem = f"{env}-{name}-{tag}"
+    return {
+        "report": out / "engineers" / f"{stem}-t{temperature}.json",
+        "best": out / "engineers" / f"{stem}-best.json",
+        "after": out / "engineers" / f"{stem}-heldout-after-best.jsonl",
+    }
+
+
+def adapter_weights(args: list[str]) -> str | None:
+    """The first 12 hex digits of the weights of the adapter `args` run (None: no adapter)."""
+    return (
+        weights_sha(Path(args[args.index("--adapter") + 1]))[:12] if "--adapter" in args else None
+    )
+
+
 def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | None:
     """One engineer on the env's held-out packets against the incumbent: K proposals per packet,
     canaried, gated (guard: the other held-out tasks), and the held-out success of the deployed
@@ -1028,12 +1048,8 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     if args is None:
         return None
     on = incumbent_on(env, out)
-    temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
-    weights = (
-        weights_sha(Path(args[args.index("--adapter") + 1]))[:12] if "--adapter" in args else ""
-    )
-    tag = f"-{weights}" if weights else ""  # a retrained engineer (new weights): run again
-    path = out / "engineers" / f"{env}-{name}{tag}-t{temperature}.json"  # another sampling too
+    files = engineer_files(env, name, out, args)
+    path = files["report"]
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
@@ -1049,7 +1065,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     row: dict[str, Any] = {
         "engineer": name,
         "incumbent_sha256": incumbent_digest(env, out),
-        "weights_sha256_12": weights or None,
+        "weights_sha256_12": adapter_weights(args),
         "proposals": summary["proposals"],
         "valid": summary["valid"],
         "valid_ci": list(wilson_interval(summary["valid"], summary["proposals"])),
@@ -1066,9 +1082,9 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     after = heldout_runs(env, out, log)
     if promoted:
         best = max(promoted, key=lambda sample: sample["delta"])  # first of the best
-        patch_file = out / "engineers" / f"{env}-{name}{tag}-best.json"
+        patch_file = files["best"]
         patch_file.write_text(json.dumps(best["patch"]), encoding="utf-8")
-        after = out / "engineers" / f"{env}-{name}{tag}-heldout-after-best.jsonl"
+        after = files["after"]
         heldout_target_runs(env, [*on, "--on", str(patch_file)], after, log)
     row["heldout_after_best"] = rate(after)
     row["heldout_after_best"]["patched"] = bool(promoted)
@@ -1289,6 +1305,8 @@ def merged_engineer_rows(
     engineer not rerun and only if it ran against the same incumbent as this run's rows."""
     merged = {env: list(found) for env, found in earlier.items()}
     for env, found in rows.items():
+        if not found:  # no engineer of this run is trained yet: the committed rows stand
+            continue
         rerun = {row["engineer"] for row in found}
         incumbents = {row["incumbent_sha256"] for row in found}
         kept = [
@@ -1345,8 +1363,9 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         conditions: dict[str, list[str]] = {"base": [], "incumbent": on} if on else {"base": []}
         for name in ENGINEERS:  # the table's rows, not the ablation's
-            best = out / "engineers" / f"{env}-{name}-best.json"
-            if best.exists():
+            args = engineer_args(name, out)
+            best = None if args is None else engineer_files(env, name, out, args)["best"]
+            if best is not None and best.exists():
                 conditions[f"incumbent+{name}'s best"] = [*on, "--on", str(best)]
         results[env] = {}
         for condition, extra in conditions.items():

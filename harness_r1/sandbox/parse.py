@@ -205,6 +205,19 @@ _DECODER = json.JSONDecoder(strict=False)
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 
 
+def patch_block(text: str) -> str | None:
+    """The body of the first `<patch>` block after the think block, as `parse_engineer_output`
+    reads it (to the end of the text when `</patch>` is missing); None without a `<patch>` tag.
+    For readers of another patch form (`trainer.template_calls`) that must agree with the
+    parser on where the patch is."""
+    _, rest, _ = _split_think(text)
+    opened = _PATCH_OPEN.search(rest)
+    if opened is None:
+        return None
+    closed = _PATCH_CLOSE.search(rest, opened.end())
+    return rest[opened.end() :] if closed is None else rest[opened.end() : closed.start()]
+
+
 def _split_think(text: str) -> tuple[str, str, list[str]]:
     """(think text, the rest, notes)."""
     notes: list[str] = []

@@ -10,6 +10,7 @@ layers, so a group of a missing block and a bad JSON string still ranks its samp
   no patch block / too large        1.0   x invalid_reward
   no hook section, JSON undecodable 0.75
   JSON is not a patch for this env  0.5
+  a template call naming wrongly    0.5   (bad_template_call: trainer/template_calls.py)
   a static check refused it         0.25
   the runner's validator refused it 0.25
   evaluated, but its hooks faulted  delta + 0.125 x invalid_reward

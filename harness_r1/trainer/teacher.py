@@ -425,7 +425,8 @@ def templates_in(description: str) -> list[str]:
     return [n.strip() for n in head.split(",") if n.strip() in TEMPLATES]
 
 
-_LABEL = re.compile(r"\b(\w+)\(([^()]*)\)\.")
+#: a template choice as its `label` writes it in a description: `name(key=value, ...).`
+LABEL = re.compile(r"\b(\w+)\(([^()]*)\)\.")
 
 
 def choices_in(description: str) -> list[TemplateChoice]:
@@ -434,7 +435,7 @@ def choices_in(description: str) -> list[TemplateChoice]:
     (empty for a text that is not a teacher's description). Raises ValueError where a listed
     template has no label or a value does not read back as written: a silent default would
     re-render another patch."""
-    labels = dict(_LABEL.findall(description))
+    labels = dict(LABEL.findall(description))
     choices = []
     for name in templates_in(description):
         if name not in labels:

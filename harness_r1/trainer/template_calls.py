@@ -13,14 +13,19 @@ them back, `TemplateTeacher.render_patch` composes them), checked like any other
 Why: a 135M engineer learns *which* template and parameters a packet needs (what the cold
 start's rewards teach) long before it can copy a 25-line hook body token for token. Session 14
 measured it on WebShop's held-out packets: the SFT engineer named the winning template
-(`ws_pick_options(buy=True, ...)`) in every proposal, then wrote a body that forced an invalid
-action (4 of 8 refused statically, the valid 4 at canary delta 0), where the teacher's
-rendering of the same choice won +0.5. A call separates the decision, which is the engineer's,
-from the transcription, which is ours. Free code stays the general form: any output with a hook
-section is parsed as written.
+(`ws_pick_options(buy=True, ...)`) in every proposal, then wrote bodies that forced invalid
+actions (13 of 20 refused statically, the valid 7 at canary delta 0), where the teacher's
+rendering of the same choice won +0.5 to +0.75. A call separates the decision, which is the
+engineer's, from the transcription, which is ours. Free code stays the general form: any output
+with a hook section is parsed as written.
 
 Rendering has no packet here (the caller classifies text), so templates that adapt to a
-packet's task types or option kinds render their general form (every skill of the env).
+packet's task types or option kinds render their general form (every skill of the env). A call
+always adds its hooks: the teacher's re-tuning of a live template (`replace`, its rule 6) has
+no call form and is written as code. The call is read where the parser reads a patch (the
+first `<patch>` block after the think block, `sandbox.parse.patch_block`) and must be that
+block's only line. `harness-r1 patch check` and patch files read code and JSON only: the
+sandbox layer does not know the trainer's templates.
 """
 
 from __future__ import annotations
@@ -29,17 +34,19 @@ import re
 from dataclasses import dataclass
 
 from harness_r1.contracts import Patch
-from harness_r1.sandbox.parse import MAX_INPUT_CHARS, SECTION_LINE, parse_engineer_output
-from harness_r1.sandbox.static import StaticLimits
-from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher, choices_in
-
-#: the patch block of a call: the description line alone (its `</patch>` may be cut off by the
-#: token limit); text before `<patch>` (the think block) is the caller's. Greedy to the line's
-#: end, so hostile input cannot make it backtrack quadratically (tested on 200k characters)
-_CALL = re.compile(
-    r"<patch\s*>\s*#[ \t]*description:[ \t]*(templates:[^\n]*)(?:\n\s*)?(?:</patch\s*>|\Z)",
-    re.IGNORECASE,
+from harness_r1.sandbox.parse import (
+    MAX_INPUT_CHARS,
+    SECTION_LINE,
+    parse_engineer_output,
+    patch_block,
 )
+from harness_r1.sandbox.static import StaticLimits
+from harness_r1.trainer.teacher import LABEL, TeacherConfig, TemplateTeacher, choices_in
+from harness_r1.trainer.templates import TEMPLATES
+
+#: the one line of a call's patch block (the block read as the parser reads it: the first
+#: `<patch>` after the think block); matched on that line alone, so no backtracking across text
+_CALL_LINE = re.compile(r"#[ \t]*description:[ \t]*templates:[ \t]*(.*)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -52,30 +59,50 @@ class CallResult:
 
 
 def template_call(text: str, env: str, limits: StaticLimits | None = None) -> CallResult | None:
-    """The patch a call renders, an error for a call-shaped text that names no template of the
-    library or names one wrongly, or None when `text` is no call (free code, JSON, no patch
-    block, another description: parsed as usual)."""
-    if not isinstance(text, str) or len(text) > MAX_INPUT_CHARS or SECTION_LINE.search(text):
+    """The patch a call renders, an error for a call that names a template wrongly, or None
+    when `text` is no call (free code, JSON, no patch block, another description: parsed as
+    usual). Strict: every name listed must be a template of the library for `env`, listed once,
+    with exactly one label of its parameters, each value one the template takes; anything else
+    is an error that says what, never a silent partial rendering."""
+    if not isinstance(text, str) or len(text) > MAX_INPUT_CHARS:
         return None
-    found = _CALL.search(text)
+    body = patch_block(text)
+    if body is None or SECTION_LINE.search(body):
+        return None
+    lines = body.strip().splitlines()
+    found = _CALL_LINE.fullmatch(lines[0].strip()) if len(lines) == 1 else None
     if found is None:
         return None
-    description = " ".join(found.group(1).split())
-    try:
-        choices = choices_in(description)
-    except ValueError as err:
-        return CallResult(error=f"template call: {err}")
-    if not choices:  # call-shaped, but no template of the library named: say so
-        named = description.removeprefix("templates:").split(".", 1)[0].strip()
-        return CallResult(error=f"template call: {named[:80]!r} names no template of the library")
-    foreign = [c.name for c in choices if not c.template.applies_to(env)]
-    if foreign:
-        return CallResult(error=f"template call: {', '.join(foreign)} is not for env {env}")
+    description = "templates: " + " ".join(found.group(1).split())
+    refusal = _naming_error(description, env)
+    if refusal is not None:
+        return CallResult(error=f"template call: {refusal}")
     teacher = TemplateTeacher(TeacherConfig(limits=limits or StaticLimits()))
     try:
+        choices = choices_in(description)
         return CallResult(patch=teacher.render_patch(env, choices, description=description))
-    except ValueError as err:
+    except (ValueError, KeyError) as err:
         return CallResult(error=f"template call: {err}")
+
+
+def _naming_error(description: str, env: str) -> str | None:
+    """What is wrong with the names of a call (None: each listed once, known, for `env`, with
+    one label; the values are `choices_in`'s to check)."""
+    head = description.removeprefix("templates: ").split(". ", 1)[0].rstrip(".")
+    names = [n.strip() for n in head.split(",") if n.strip()]
+    labelled = [name for name, _ in LABEL.findall(description)]
+    unknown = [n for n in names if n not in TEMPLATES]
+    if not names or unknown:
+        return f"{', '.join(unknown or [head])[:80]!r} names no template of the library"
+    foreign = [n for n in names if not TEMPLATES[n].applies_to(env)]
+    if foreign:
+        return f"{', '.join(foreign)} is not for env {env}"
+    if len(set(names)) < len(names) or len(set(labelled)) < len(labelled):
+        return "a template is listed or labelled twice"
+    if sorted(labelled) != sorted(names):
+        missing = sorted(set(names) - set(labelled)) or sorted(set(labelled) - set(names))
+        return f"{', '.join(missing)}: listed without parameters, or labelled but not listed"
+    return None
 
 
 def as_call(completion: str, env: str) -> str | None:

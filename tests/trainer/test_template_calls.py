@@ -55,7 +55,7 @@ def test_a_template_of_another_env_is_a_bad_call() -> None:
 def test_a_listed_template_without_its_parameters_is_a_bad_call() -> None:
     result = template_call(_call("templates: ws_pick_options. Buy."), "webshop")
     assert result is not None and result.patch is None
-    assert "without its parameters" in (result.error or "")
+    assert "listed without parameters" in (result.error or "")
 
 
 def test_code_is_parsed_as_written_even_under_a_teachers_description() -> None:
@@ -103,9 +103,72 @@ def test_a_bad_call_is_graded_as_a_patch_in_shape_with_a_wrong_part() -> None:
     assert PARSE_WEIGHTS[BAD_TEMPLATE_CALL] < PARSE_WEIGHTS["no_patch_block"]
 
 
-def test_a_hostile_call_line_is_read_in_linear_time() -> None:
-    text = "<patch># description: templates: " + " " * 199_000 + "x"
-    started = time.perf_counter()
+def test_hostile_call_lines_are_read_in_linear_time() -> None:
+    """Many `<patch>` openings on one long line, and one long line of spaces: each is read once
+    (a regex that backtracks over the line took minutes on the first)."""
+    for text in (
+        "<patch>#description:templates:" * 6000 + "\nx",
+        "<patch># description: templates: " + " " * 199_000 + "x",
+    ):
+        started = time.perf_counter()
+        template_call(text, "webshop")
+        assert time.perf_counter() - started < 5.0
+
+
+def test_every_listed_name_must_be_a_template() -> None:
+    """No silent partial rendering: an unknown name beside a known one is refused."""
+    text = _call(
+        "templates: ws_pick_options, made_up. ws_pick_options(buy=True, threshold=0.6). made_up()."
+    )
     result = template_call(text, "webshop")
-    assert time.perf_counter() - started < 1.0
-    assert result is not None and result.patch is None  # "x" is no template
+    assert result is not None and result.patch is None
+    assert "made_up" in (result.error or "")
+
+
+def test_a_template_labelled_twice_is_a_bad_call() -> None:
+    text = _call(
+        "templates: ws_pick_options. ws_pick_options(buy=True, threshold=0.6). "
+        "ws_pick_options(buy=False, threshold=0.9)."
+    )
+    result = template_call(text, "webshop")
+    assert result is not None and "twice" in (result.error or "")
+
+
+def test_a_label_for_an_unlisted_template_is_a_bad_call() -> None:
+    text = _call(
+        "templates: ws_pick_options. ws_pick_options(buy=True, threshold=0.6). "
+        "veto_repeat(max_in_a_row=3, message=0)."
+    )
+    result = template_call(text, "webshop")
+    assert result is not None and "veto_repeat" in (result.error or "")
+
+
+def test_an_unknown_parameter_is_a_bad_call_naming_it() -> None:
+    text = _call("templates: ws_pick_options. ws_pick_options(buy=True, colour=red).")
+    proposal = classify(EngineerSample(text=text), "webshop")
+    assert proposal.reason == BAD_TEMPLATE_CALL
+    assert "colour" in proposal.message
+
+
+def test_the_call_is_read_where_the_parser_reads_the_patch() -> None:
+    """A call quoted in the think block, or in a second patch block, is not the patch."""
+    json_patch = '{"description": "d", "hooks": [{"hook": "pre_action", "code": "x"}]}'
+    quoted = f"<think>I could write <patch>\n# description: {PICK}\n</patch></think>"
+    assert template_call(quoted + f"<patch>{json_patch}</patch>", "webshop") is None
+    second = f"<think>t</think><patch>{json_patch}</patch><patch>\n# description: {PICK}\n"
+    assert template_call(second + "</patch>", "webshop") is None
+
+
+def test_text_after_the_call_line_makes_it_no_call() -> None:
+    assert template_call(_call(PICK).replace("\n</patch>", "\nmore\n</patch>"), "webshop") is None
+
+
+def test_text_after_the_closing_tag_is_ignored_as_the_parser_ignores_it() -> None:
+    result = template_call(_call(PICK) + " trailing words", "webshop")
+    assert result is not None and result.patch == _teacher_patch()
+
+
+def test_the_prefix_may_vary_in_case_and_spacing() -> None:
+    varied = PICK.replace("templates: ", "Templates:")
+    result = template_call(_call(varied), "webshop")
+    assert result is not None and result.patch == _teacher_patch()
