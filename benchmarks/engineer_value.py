@@ -520,13 +520,12 @@ def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str,
     and WebShop's skills, DBBench's hints by query type) renders its general form from a call
     (`call_renders_as_canaried` counts those rows); the choice the row teaches is the same."""
     from harness_r1.sandbox.parse import parse_engineer_output
-    from harness_r1.trainer.prompt import render_completion
-    from harness_r1.trainer.template_calls import as_call, template_call
+    from harness_r1.trainer.template_calls import call_of, template_call
 
     parsed = parse_engineer_output(completion[-1]["content"], env=env)
     if parsed.patch is None:
         raise ValueError(f"{env}: a committed row does not parse: {parsed.message}")
-    text = as_call(render_completion(parsed.patch, parsed.think), env)
+    text = call_of(parsed.patch, parsed.think)
     if text is None:
         raise ValueError(f"{env}: a committed row is no template teacher's patch")
     call = template_call(text, env)

@@ -70,7 +70,7 @@ def template_call(text: str, env: str, limits: StaticLimits | None = None) -> Ca
     if body is None or SECTION_LINE.search(body):
         return None
     lines = body.strip().splitlines()
-    found = _CALL_LINE.fullmatch(lines[0].strip()) if len(lines) == 1 else None
+    found = _CALL_LINE.fullmatch(lines[0]) if len(lines) == 1 else None
     if found is None:
         return None
     description = "templates: " + " ".join(found.group(1).split())
@@ -110,12 +110,16 @@ def as_call(completion: str, env: str) -> str | None:
     renders the same choices: the think block and the description line, no code. None when the
     completion's patch is no teacher's (its description names no template)."""
     parsed = parse_engineer_output(completion, env=env)
-    if parsed.patch is None:
-        return None
-    description = " ".join(parsed.patch.description.split())
+    return None if parsed.patch is None else call_of(parsed.patch, parsed.think)
+
+
+def call_of(patch: Patch, think: str = "") -> str | None:
+    """`patch` written as a call (None when its description names no template): for a caller
+    that holds the parsed patch already."""
+    description = " ".join(patch.description.split())
     try:
         if not choices_in(description):
             return None
     except ValueError:
         return None
-    return f"<think>{parsed.think.strip()}</think><patch>\n# description: {description}\n</patch>"
+    return f"<think>{think.strip()}</think><patch>\n# description: {description}\n</patch>"
