@@ -1078,6 +1078,8 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         "canary_seconds": summary["canary_seconds"],
     }
     row["mean_delta_ci"] = mean_interval(row["deltas"])
+    if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
+        row["grpo_envs"] = json.loads((COMMITTED_GRPO / "lineage.json").read_text())["envs"]
     after = heldout_runs(env, out, log)
     if promoted:
         best = max(promoted, key=lambda sample: sample["delta"])  # first of the best
@@ -1245,11 +1247,19 @@ def run_baselines(envs: list[str], out: Path, log: Path, teacher: bool) -> None:
 
 
 def run_coldstart(envs: list[str], out: Path, log: Path) -> None:
+    """The cold start of `envs`; the SFT dataset merges them only when they are all of
+    DEFAULT_ENVS: the engineer is taught on the three envs together, and a run for some envs
+    (the packets GRPO on one env reads) must not leave a one-env dataset that `sft_version`
+    would take for a new cold start (the committed engineer serves then)."""
     summary: dict[str, Any] = {env: stage_coldstart(env, out, log) for env in envs}
+    if sorted(envs) != sorted(DEFAULT_ENVS):
+        print(json.dumps(summary, indent=2))
+        print(f"cold start of {envs} only: the SFT dataset (all of {DEFAULT_ENVS}) is not merged")
+        return
     summary["total_kept"] = merge_coldstart(envs, out)
     (out / "results-coldstart.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
-    assert summary["total_kept"] >= MIN_COLDSTART_ROWS or len(envs) < 3, "too few rows"
+    assert summary["total_kept"] >= MIN_COLDSTART_ROWS, "too few rows"
 
 
 def run_sft(envs: list[str], out: Path, log: Path) -> None:

@@ -1,0 +1,82 @@
+"""The engineer-value benchmark's bookkeeping (benchmarks/engineer_value.py): the committed
+artefacts agree with each other and with the code that reads them, so a rerun reuses them
+instead of silently retraining (an SFT run is ~26 min, a GRPO chunk ~30 min on 2 cores), and
+a partial run merges into the committed table rather than dropping rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "engineer_value.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("engineer_value", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["engineer_value"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_sft_engineer_is_the_one_the_committed_rows_teach(
+    bench: ModuleType,
+) -> None:
+    """A change to the output format (`current_format`, template calls) that renders the
+    committed rows differently would make `sft_version` ignore the committed engineer."""
+    digest = (bench.COMMITTED_SFT / "rows-digest.txt").read_text().strip()
+    assert digest == bench.committed_rows_digest()
+
+
+def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: ModuleType) -> None:
+    lineages = [
+        folder / "lineage.json"
+        for folder in (bench.CARRIED_GRPO, bench.COMMITTED_GRPO)
+        if (folder / "lineage.json").exists()
+    ]
+    assert lineages, "GRPO has neither a carried checkpoint nor a finished engineer"
+    sft = bench.weights_sha(bench.COMMITTED_SFT)
+    for path in lineages:
+        meta = json.loads(path.read_text())
+        assert meta["sft_weights"] == sft, path
+        assert meta["grpo_args"] == bench.GRPO_ARGS, path
+        assert set(meta["envs"]) <= set(bench.DEFAULT_ENVS), path
+
+
+def row(engineer: str, incumbent: str = "inc-a", delta: float = 0.0) -> dict[str, object]:
+    return {"engineer": engineer, "incumbent_sha256": incumbent, "mean_delta": delta}
+
+
+def test_a_partial_run_merges_into_the_committed_table(bench: ModuleType) -> None:
+    earlier = {
+        "webshop": [row("untrained"), row("teacher"), row("sft", delta=0.1)],
+        "dbbench": [row("teacher")],
+    }
+    merged = bench.merged_engineer_rows(
+        earlier, {"webshop": [row("grpo", delta=0.3), row("sft", delta=0.2)], "dbbench": []}
+    )
+    assert [r["engineer"] for r in merged["webshop"]] == ["untrained", "teacher", "sft", "grpo"]
+    assert next(r for r in merged["webshop"] if r["engineer"] == "sft")["mean_delta"] == 0.2
+    assert merged["dbbench"] == earlier["dbbench"]  # nothing rerun there: the committed rows stand
+
+
+def test_rows_against_another_incumbent_are_dropped_by_a_rerun(bench: ModuleType) -> None:
+    earlier = {"webshop": [row("untrained", "old"), row("teacher", "old")]}
+    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("sft", "new")]})
+    assert merged["webshop"] == [row("sft", "new")]
+
+
+def test_the_bootstrap_interval_is_seeded_and_brackets_the_mean(bench: ModuleType) -> None:
+    values = [0.0, 0.25, 0.5, 0.0, 1.0, 0.25, 0.0, 0.75]
+    low, high = bench.mean_interval(values)
+    assert low <= sum(values) / len(values) <= high
+    assert bench.mean_interval(values) == [low, high]
+    assert bench.mean_interval([]) is None
+    assert bench.mean_interval([0.5] * 5) == [0.5, 0.5]
