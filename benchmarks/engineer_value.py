@@ -71,6 +71,12 @@ TRAIN_TASKS = {"alfworld": 16, "dbbench": 16, "webshop": 16}
 HELDOUT_TASKS = {"alfworld": 20, "dbbench": 20, "webshop": 20}
 #: the frozen target as in the demo and the CPU engineer runs: SmolLM2-135M greedy
 TARGET = ["--max-steps", "6", "--history-turns", "3", "--max-new-tokens", "64"]
+#: which model the target is (`--policy` of every command that runs it): empty = the embedded
+#: SmolLM2; `--target-policy` sets it once, at the entry point (`use_target_policy`), e.g. to
+#: the coevolution stage's tuned checkpoint, to train and judge the engineer against it (the
+#: paper's retrained engineer). Use a fresh --out then: the run files are keyed by name, not
+#: by target. (A target served by vLLM, `--policy openai`, reaches `eval` only so far.)
+TARGET_POLICY: list[str] = []
 #: training tasks for the engineers' cold start (stage 3), run under the incumbent: every
 #: failure becomes packet material; sized for >= 200 kept rows across the three envs
 COLDSTART_TASKS = {"alfworld": 24, "dbbench": 150, "webshop": 40}
@@ -112,6 +118,20 @@ GRPO_ARGS = ["-k", "4", "--max-steps", "100", "--num-iterations", "4", "--temper
              "--graded-invalid", "--invalid-reward", "-0.25", "--lean-prompt",
              "--max-completion-length", "512",
              "--target-steps", TARGET[1], "--history-turns", TARGET[3], "--cpu-bf16"]  # fmt: skip
+
+
+def grpo_args() -> list[str]:
+    """`train grpo online`'s options: GRPO_ARGS and the target's policy (a GRPO run against
+    another target is another run: its lineage differs)."""
+    return [*GRPO_ARGS, *TARGET_POLICY]
+
+
+def use_target_policy(policy: str | None) -> None:
+    """`--target-policy`, once at the entry point: every command that runs the target runs
+    this one."""
+    TARGET_POLICY[:] = [] if policy is None else ["--policy", policy]
+
+
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
 ENGINEERS = ("untrained", "teacher", "sft", "grpo")
 #: the promotion gate at this scale: packets of 4 tasks and a guard of the other 16 held-out
@@ -145,7 +165,7 @@ def target_runs(
     `path`, unless they are there already."""
     if not path.exists():
         run([HR, "eval", "--env", env, "--split", split, "--limit", str(limit), "--seed",
-             str(seed), *TARGET, *extra, "--out", str(path)], log)  # fmt: skip
+             str(seed), *TARGET, *TARGET_POLICY, *extra, "--out", str(path)], log)  # fmt: skip
     return path
 
 
@@ -203,7 +223,8 @@ def stage_one(env: str, out: Path, log: Path) -> dict[str, Any]:
     if not (coldstart / "stats.json").exists():
         run([HR, "train", "coldstart", str(base_train), "--env", env, "--split", train,
              "--out", str(coldstart), "-k", str(K), "--batch-size", str(BATCH),
-             "--baseline-cache", str(out / "baselines"), *TARGET], log)  # fmt: skip
+             "--baseline-cache", str(out / "baselines"), *TARGET, *TARGET_POLICY],
+            log)  # fmt: skip
     incumbent_file = out / f"{env}-incumbent.txt"
     best = best_kept(coldstart / "dataset.jsonl")
     if best is not None and best["metadata"]["delta_success"] > 0:
@@ -352,7 +373,8 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     if not (folder / "stats.json").exists() and not restore_coldstart(env, out, runs):
         run([HR, "train", "coldstart", str(runs), "--env", env, "--split", train,
              "--out", str(folder), "-k", str(K), "--batch-size", str(BATCH), *on,
-             *COLDSTART_EXTRA, "--baseline-cache", str(out / "baselines"), *TARGET],
+             *COLDSTART_EXTRA, "--baseline-cache", str(out / "baselines"), *TARGET,
+             *TARGET_POLICY],
             log)  # fmt: skip
     assert_packets_train_only(env, folder)
     canaried, now = canaried_digest(folder), incumbent_digest(env, out)
@@ -881,7 +903,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
         "".join((out / f"{env}-engineer-coldstart" / "packets.jsonl").read_text() for env in envs)
     )
     command = [HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
-               "--adapter", str(sft), *GRPO_ARGS]  # fmt: skip
+               "--adapter", str(sft), *grpo_args()]  # fmt: skip
     if minutes is not None:
         command += ["--stop-after-minutes", str(minutes)]
     carried = carried_grpo(sft, envs)
@@ -891,7 +913,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
         paused = json.loads((out / "engineer" / PAUSED_FILE).read_text())
         checkpoint = Path(paused["checkpoint"])
         record_grpo_curve(checkpoint / "trainer_state.json", out)
-        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "envs": envs,
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": grpo_args(), "envs": envs,
                    "step": paused["step"]}  # fmt: skip
 
         def note_lineage(staging: Path) -> None:
@@ -963,7 +985,7 @@ def carried_grpo(sft: Path, envs: list[str]) -> Path | None:
     if not lineage.exists():
         return None
     meta = json.loads(lineage.read_text())
-    same = (weights_sha(sft), GRPO_ARGS, sorted(envs))
+    same = (weights_sha(sft), grpo_args(), sorted(envs))
     if (meta["sft_weights"], meta["grpo_args"], sorted(meta.get("envs") or [])) != same:
         print(f"{CARRIED_GRPO}: from another SFT engineer, GRPO_ARGS or envs: GRPO starts afresh")
         return None
@@ -982,7 +1004,7 @@ def grpo_engineer(out: Path) -> Path | None:
     if not lineage.exists():
         return None
     meta = json.loads(lineage.read_text())
-    if meta["sft_weights"] == weights_sha(sft) and meta["grpo_args"] == GRPO_ARGS:
+    if meta["sft_weights"] == weights_sha(sft) and meta["grpo_args"] == grpo_args():
         return COMMITTED_GRPO
     return None
 
@@ -993,7 +1015,7 @@ def commit_grpo(version: Path, sft: Path, envs: list[str]) -> None:
     import shutil
 
     def note_lineage(copy: Path) -> None:
-        lineage = {"sft_weights": weights_sha(sft), "grpo_args": GRPO_ARGS, "envs": envs}
+        lineage = {"sft_weights": weights_sha(sft), "grpo_args": grpo_args(), "envs": envs}
         (copy / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
 
     if version != COMMITTED_GRPO:
@@ -1054,7 +1076,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
              "--split", SPLITS[env][1], *args, "--lean-prompt", *on, "-k", str(K),
              "--batch-size", str(BATCH), *TABLE_SAMPLING, *GATE,
-             "--max-steps", TARGET[1], "--history-turns", TARGET[3],
+             "--max-steps", TARGET[1], "--history-turns", TARGET[3], *TARGET_POLICY,
              "--baseline-cache", str(out / "baselines"), "--out", str(path)], log)  # fmt: skip
     report = json.loads(path.read_text())
     summary = report["summary"]
@@ -1170,7 +1192,8 @@ def stage_teacher(env: str, out: Path, log: Path) -> dict[str, Any] | None:
     if not (teacher / "stats.json").exists():
         run([HR, "train", "coldstart", str(runs), "--env", env, "--split", heldout,
              "--out", str(teacher), "-k", str(K), "--batch-size", str(BATCH), *on,
-             "--baseline-cache", str(out / "baselines"), *TARGET], log)  # fmt: skip
+             "--baseline-cache", str(out / "baselines"), *TARGET, *TARGET_POLICY],
+            log)  # fmt: skip
     rows = trajectories(teacher / "dataset.jsonl") + trajectories(teacher / "rejected.jsonl")
     deltas = [r["metadata"].get("delta_success") for r in rows]
     evaluated = [d for d in deltas if d is not None]
@@ -1608,7 +1631,15 @@ def main() -> None:
         help="The GRPO stage's time budget: it pauses before overrunning it and commits its "
         "checkpoint for the next run to continue.",
     )
+    parser.add_argument(
+        "--target-policy",
+        default=None,
+        help="The target every stage runs (`--policy` of harness-r1's commands): default the "
+        "embedded SmolLM2; gemma3 or a checkpoint dir, e.g. the tuned target of the "
+        "coevolution stage (use a fresh --out).",
+    )
     args = parser.parse_args()
+    use_target_policy(args.target_policy)
     stages = list(STAGES) if args.stages == "all" else args.stages.split(",")
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:

@@ -80,3 +80,16 @@ def test_the_bootstrap_interval_is_seeded_and_brackets_the_mean(bench: ModuleTyp
     assert bench.mean_interval(values) == [low, high]
     assert bench.mean_interval([]) is None
     assert bench.mean_interval([0.5] * 5) == [0.5, 0.5]
+
+
+def test_another_target_is_another_grpo_run(bench: ModuleType) -> None:
+    """`--target-policy` reaches `train grpo online` and its lineage, so a committed GRPO
+    engineer or checkpoint trained against SmolLM2 is not taken for one against the target."""
+    smollm2 = bench.grpo_args()
+    try:
+        bench.use_target_policy("gemma3")
+        assert bench.grpo_args() == [*smollm2, "--policy", "gemma3"]
+        assert bench.TARGET_POLICY == ["--policy", "gemma3"]
+    finally:
+        bench.use_target_policy(None)
+    assert bench.grpo_args() == smollm2
