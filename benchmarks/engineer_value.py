@@ -2,6 +2,13 @@
 
     .venv/bin/python benchmarks/engineer_value.py --stages all [--envs ...] [--out DIR]
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart,sft   # some stages
+    .venv/bin/python benchmarks/engineer_value.py --stages coldstart --envs webshop   # packets
+    .venv/bin/python benchmarks/engineer_value.py --stages coldstart,sft,grpo,engineers \
+        --target-policy runs/engineer-value/coevolution/tuned --out runs/ev-tuned  # retrain
+
+A cold start of some envs gives their packets (GRPO on them) but no SFT dataset, which is always
+all three envs; `--target-policy` runs every stage against another target (the coevolution
+stage's tuned checkpoint: the paper's engineer retrained against the tuned target).
 
 Every step is a `harness-r1` command (printed, and kept with its wall time in DIR/commands.log).
 Stages, per env (ALFWorld train / valid_seen, DBBench standard / dev, WebShop goals 0-39 /
@@ -130,6 +137,13 @@ def use_target_policy(policy: str | None) -> None:
     """`--target-policy`, once at the entry point: every command that runs the target runs
     this one."""
     TARGET_POLICY[:] = [] if policy is None else ["--policy", policy]
+
+
+def published(out: Path) -> tuple[Path, ...]:
+    """Where a stage's results go: DIR, and the repository (COMMITTED) for the embedded
+    SmolLM2 target only. A run against another target (`--target-policy`) keeps everything in
+    DIR: the committed cold start, engineers and table are SmolLM2's."""
+    return (out,) if TARGET_POLICY else (out, COMMITTED)
 
 
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
@@ -404,6 +418,8 @@ def export_coldstart(env: str, out: Path, incumbent_sha256: str) -> int:
     rebuilds the prompts from regenerated training runs, so a later session trains on the
     same rows without paying the canary again. `incumbent_sha256`: what the canary ran against
     (`canaried_digest`), kept in each row."""
+    if TARGET_POLICY:
+        return 0  # another target's rows stay in DIR (`published`)
     folder = out / f"{env}-engineer-coldstart"
     packets = {row["packet_id"]: row for row in trajectories(folder / "packets.jsonl")}
     rows = []
@@ -438,7 +454,7 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     regenerated packet of the same chunk. Rows without a packet are dropped and counted; how
     each row was matched is in stats.json."""
     committed = COMMITTED / "coldstart" / f"{env}-rows.jsonl"
-    if not committed.exists():
+    if TARGET_POLICY or not committed.exists():  # the committed rows were canaried on SmolLM2
         return False
     committed_rows = trajectories(committed)
     against = {row["metadata"].get("incumbent_sha256") for row in committed_rows}
@@ -676,7 +692,7 @@ def commit_sft(version: Path, dataset: Path) -> None:
     parent may be the committed engineer it replaces)."""
     import shutil
 
-    if version == COMMITTED_SFT:
+    if version == COMMITTED_SFT or TARGET_POLICY:
         return
     total = sft_steps(version)
 
@@ -919,6 +935,9 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
         def note_lineage(staging: Path) -> None:
             (staging / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
 
+        if TARGET_POLICY:  # not carried: the same command continues it from DIR on this host
+            print(f"GRPO paused at step {paused['step']}: {checkpoint}")
+            return None
         carry_checkpoint(checkpoint, CARRIED_GRPO, note_lineage)
         print(f"GRPO paused at step {paused['step']}: {CARRIED_GRPO} (commit it; the next run "
               "continues)")  # fmt: skip
@@ -944,7 +963,7 @@ def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
         for row in history
         if "step" in row and any(k in row for k in GRPO_CURVE_KEYS)
     ]
-    for folder in (out, COMMITTED):
+    for folder in published(out):
         (folder / "results-grpo-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
         plot_grpo(curve, folder / "grpo-curve.png")
     return curve
@@ -1009,10 +1028,23 @@ def grpo_engineer(out: Path) -> Path | None:
     return None
 
 
+def grpo_envs(version: Path) -> list[str] | None:
+    """The envs whose packets the GRPO engineer `version` was trained on, from the committed
+    engineer's lineage when `version` has its weights (None: not known here)."""
+    lineage = COMMITTED_GRPO / "lineage.json"
+    if not lineage.exists() or weights_sha(version) != weights_sha(COMMITTED_GRPO):
+        return None
+    envs: list[str] = json.loads(lineage.read_text())["envs"]
+    return envs
+
+
 def commit_grpo(version: Path, sft: Path, envs: list[str]) -> None:
     """Keep the finished GRPO engineer in the repository with the SFT weights it started
     from; the carried checkpoint has served."""
     import shutil
+
+    if TARGET_POLICY:
+        return  # another target's engineer stays in DIR (`published`)
 
     def note_lineage(copy: Path) -> None:
         lineage = {"sft_weights": weights_sha(sft), "grpo_args": grpo_args(), "envs": envs}
@@ -1101,7 +1133,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     }
     row["mean_delta_ci"] = mean_interval(row["deltas"])
     if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
-        row["grpo_envs"] = json.loads((COMMITTED_GRPO / "lineage.json").read_text())["envs"]
+        row["grpo_envs"] = grpo_envs(Path(args[args.index("--adapter") + 1]))
     after = heldout_runs(env, out, log)
     if promoted:
         best = max(promoted, key=lambda sample: sample["delta"])  # first of the best
@@ -1296,8 +1328,9 @@ def run_sft(envs: list[str], out: Path, log: Path) -> None:
     version = sft_version(out)
     assert version is not None
     commit_sft(version, out / "engineer-coldstart.jsonl")
-    commit_curve(curve)
-    for folder in (out, COMMITTED):
+    if not TARGET_POLICY:
+        commit_curve(curve)
+    for folder in published(out):
         plot_sft(curve, version, folder / "sft-curve.png")
     for point in curve:
         low, high = point["ci"]
@@ -1319,7 +1352,7 @@ def commit_curve(curve: list[dict[str, Any]]) -> None:
 def keep_results(name: str, results: Any, out: Path) -> None:
     """A stage's results (counts and rates, no task data) into DIR and into the repository
     (COMMITTED), so what BENCHMARKS.md reports is the file the run wrote."""
-    for folder in (out, COMMITTED):
+    for folder in published(out):
         (folder / name).write_text(json.dumps(results, indent=2) + "\n")
 
 
@@ -1327,7 +1360,7 @@ def committed_results(name: str) -> dict[str, Any]:
     """A stage's committed results (empty before its first run): a run over some envs or
     engineers merges into them rather than dropping the others' rows."""
     path = COMMITTED / name
-    return json.loads(path.read_text()) if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() and not TARGET_POLICY else {}
 
 
 def merged_engineer_rows(
@@ -1356,7 +1389,7 @@ def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...])
         committed_results("results-engineers.json"), stage_engineers(envs, out, log, names)
     )
     keep_results("results-engineers.json", rows, out)
-    for folder in (out, COMMITTED):
+    for folder in published(out):
         plot_engineers(rows, folder / "engineers.png")
     print(engineers_table(rows))
 
@@ -1427,8 +1460,8 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
     successful training episodes under the incumbent (`train target`, COEVOLUTION_TARGET_ARGS:
     LoRA SFT on the executed actions, merged into a checkpoint), then its held-out success
     without and with the incumbent, beside the frozen target's. Retraining the engineer
-    against the tuned target is stages 3-6 again with `--policy` the tuned checkpoint (not
-    run here)."""
+    against the tuned target is stages coldstart to engineers again with `--target-policy` the
+    tuned checkpoint and a fresh --out (not run yet: hours on 2 cores)."""
     folder = out / "coevolution"
     folder.mkdir(parents=True, exist_ok=True)
     runs, generations = [], []

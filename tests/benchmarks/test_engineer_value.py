@@ -93,3 +93,20 @@ def test_another_target_is_another_grpo_run(bench: ModuleType) -> None:
     finally:
         bench.use_target_policy(None)
     assert bench.grpo_args() == smollm2
+
+
+def test_another_targets_run_keeps_its_results_out_of_the_repository(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """The committed cold start, engineers and table are SmolLM2's: a run against the tuned
+    target neither overwrites nor merges into them, nor restores SmolLM2's canaried rows."""
+    assert bench.published(tmp_path) == (tmp_path, bench.COMMITTED)
+    assert bench.committed_results("results-engineers.json")
+    try:
+        bench.use_target_policy(str(tmp_path / "tuned"))
+        assert bench.published(tmp_path) == (tmp_path,)
+        assert bench.committed_results("results-engineers.json") == {}
+        assert bench.restore_coldstart("webshop", tmp_path, tmp_path / "runs.jsonl") is False
+        assert bench.export_coldstart("webshop", tmp_path, "digest") == 0
+    finally:
+        bench.use_target_policy(None)
