@@ -3,12 +3,14 @@
     .venv/bin/python benchmarks/engineer_value.py --stages all [--envs ...] [--out DIR]
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart,sft   # some stages
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart --envs webshop   # packets
-    .venv/bin/python benchmarks/engineer_value.py --stages coldstart,sft,grpo,engineers \
-        --target-policy runs/engineer-value/coevolution/tuned --out runs/ev-tuned  # retrain
+    .venv/bin/python benchmarks/engineer_value.py --stages coldstart,grpo,engineers \
+        --target-policy runs/engineer-value/coevolution/target/tuned-v0001 --out runs/ev-tuned
 
 A cold start of some envs gives their packets (GRPO on them) but no SFT dataset, which is always
-all three envs; `--target-policy` runs every stage against another target (the coevolution
-stage's tuned checkpoint: the paper's engineer retrained against the tuned target).
+all three envs. `--target-policy` runs every stage against another target: above, the
+coevolution stage's tuned checkpoint, the paper's engineer retrained against the tuned target
+"from the same cold start" (the committed SFT engineer; the cold start against the tuned
+target gives GRPO its packets).
 
 Every step is a `harness-r1` command (printed, and kept with its wall time in DIR/commands.log).
 Stages, per env (ALFWorld train / valid_seen, DBBench standard / dev, WebShop goals 0-39 /
@@ -136,7 +138,7 @@ def grpo_args() -> list[str]:
 def use_target_policy(policy: str | None) -> None:
     """`--target-policy`, once at the entry point: every command that runs the target runs
     this one."""
-    TARGET_POLICY[:] = [] if policy is None else ["--policy", policy]
+    TARGET_POLICY[:] = [] if policy in (None, "smollm2") else ["--policy", str(policy)]
 
 
 def published(out: Path) -> tuple[Path, ...]:
@@ -1001,7 +1003,7 @@ def carried_grpo(sft: Path, envs: list[str]) -> Path | None:
     """The committed paused checkpoint when it continues a run from `sft` with GRPO_ARGS on
     the packets of the same envs."""
     lineage = CARRIED_GRPO / "lineage.json"
-    if not lineage.exists():
+    if TARGET_POLICY or not lineage.exists():  # the carried checkpoint ran against SmolLM2
         return None
     meta = json.loads(lineage.read_text())
     same = (weights_sha(sft), grpo_args(), sorted(envs))
@@ -1307,17 +1309,21 @@ def run_coldstart(envs: list[str], out: Path, log: Path) -> None:
     (the packets GRPO on one env reads) must not leave a one-env dataset that `sft_version`
     would take for a new cold start (the committed engineer serves then)."""
     summary: dict[str, Any] = {env: stage_coldstart(env, out, log) for env in envs}
-    if sorted(envs) != sorted(DEFAULT_ENVS):
+    if sorted(envs) != sorted(DEFAULT_ENVS) or TARGET_POLICY:
         print(json.dumps(summary, indent=2))
-        print(f"cold start of {envs} only: the SFT dataset (all of {DEFAULT_ENVS}) is not merged")
+        print(f"cold start of {envs} against {TARGET_POLICY or 'SmolLM2'}: packets only, the "
+              "SFT dataset (SmolLM2's, all three envs) is not merged")  # fmt: skip
         return
-    summary["total_kept"] = merge_coldstart(envs, out)
+    summary["total_kept"] = merge_coldstart(list(DEFAULT_ENVS), out)  # the committed row order
     (out / "results-coldstart.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     assert summary["total_kept"] >= MIN_COLDSTART_ROWS, "too few rows"
 
 
 def run_sft(envs: list[str], out: Path, log: Path) -> None:
+    if TARGET_POLICY:  # "a new engineer version from the same cold start" (issue 20)
+        print(f"SFT engineer against another target: the committed one, {sft_version(out)}")
+        return
     version = sft_version(out)
     planned = sft_steps_planned(out / "engineer-coldstart.jsonl")
     if version == COMMITTED_SFT and sft_steps(version) >= planned:  # trained in a session before
@@ -1460,8 +1466,10 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
     successful training episodes under the incumbent (`train target`, COEVOLUTION_TARGET_ARGS:
     LoRA SFT on the executed actions, merged into a checkpoint), then its held-out success
     without and with the incumbent, beside the frozen target's. Retraining the engineer
-    against the tuned target is stages coldstart to engineers again with `--target-policy` the
-    tuned checkpoint and a fresh --out (not run yet: hours on 2 cores)."""
+    against the tuned target is stages coldstart, grpo and engineers again with
+    `--target-policy` the tuned checkpoint and a fresh --out, from the committed SFT engineer
+    (the module's docstring; not run yet: hours on 2 cores)."""
+    assert not TARGET_POLICY, "coevolution tunes the embedded SmolLM2: no --target-policy"
     folder = out / "coevolution"
     folder.mkdir(parents=True, exist_ok=True)
     runs, generations = [], []

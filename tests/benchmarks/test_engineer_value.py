@@ -108,5 +108,26 @@ def test_another_targets_run_keeps_its_results_out_of_the_repository(
         assert bench.committed_results("results-engineers.json") == {}
         assert bench.restore_coldstart("webshop", tmp_path, tmp_path / "runs.jsonl") is False
         assert bench.export_coldstart("webshop", tmp_path, "digest") == 0
+        # the same cold start (the committed SFT engineer), but no GRPO trained on SmolLM2
+        assert bench.sft_version(tmp_path) == bench.COMMITTED_SFT
+        assert bench.carried_grpo(bench.COMMITTED_SFT, ["webshop"]) is None
+        assert bench.grpo_engineer(tmp_path) is None
     finally:
         bench.use_target_policy(None)
+
+
+def test_the_target_policy_reaches_every_target_run(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+    monkeypatch.setattr(bench, "run", lambda command, log, **_: commands.append(command))
+    bench.use_target_policy("smollm2")
+    assert bench.TARGET_POLICY == []  # the embedded default is no other target
+    try:
+        bench.use_target_policy("gemma3")
+        bench.target_runs("webshop", "fixed_train", 4, 0, [], tmp_path / "a.jsonl", tmp_path)
+        bench.heldout_target_runs("webshop", ["--policy", "other"], tmp_path / "b.jsonl", tmp_path)
+    finally:
+        bench.use_target_policy(None)
+    assert commands[0][-4:-2] == ["--policy", "gemma3"]
+    assert commands[1][-6:-2] == ["--policy", "gemma3", "--policy", "other"]  # the last wins
