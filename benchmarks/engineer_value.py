@@ -1415,7 +1415,8 @@ def run_ablation(envs: list[str], out: Path, log: Path) -> None:
     assert name is not None, "train an engineer first (stages sft, grpo)"
     names = (name, *(f"{name}-without-{hook}" for hook in HookName))
     rows = stage_engineers(envs, out, log, names)
-    keep_results("results-ablation.json", rows, out)
+    earlier = committed_results("results-ablation.json")
+    keep_results("results-ablation.json", {**earlier, **rows}, out)
     print(engineers_table(rows))
 
 
@@ -1444,7 +1445,8 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
             path = folder / f"{env}-gemma3-{slug}.jsonl"
             heldout_target_runs(env, [*TRANSFER_POLICY, *extra], path, log)
             results[env][condition] = rate(path)
-    keep_results("results-transfer.json", results, out)
+    keep_results("results-transfer.json", {**committed_results("results-transfer.json"), **results},
+                 out)  # fmt: skip
     for env, rows in results.items():
         for condition, row in rows.items():
             low, high = row["ci"]
