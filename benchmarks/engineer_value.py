@@ -1185,7 +1185,7 @@ def plot_engineers(rows: dict[str, list[dict[str, Any]]], path: Path) -> None:
     width = 0.8 / max(1, len(names))
     panels = [
         ("valid fraction", "valid", "valid_ci", True),
-        ("mean canary delta over the incumbent", "mean_delta", "mean_delta_ci", False),
+        ("mean canary delta of the valid proposals", "mean_delta", "mean_delta_ci", False),
         ("promoted by the gate", "promoted", "promoted_ci", True),
     ]
     for axis, (title, key, ci_key, fraction) in zip(axes, panels, strict=True):
