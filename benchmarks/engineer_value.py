@@ -1334,8 +1334,7 @@ def run_sft(envs: list[str], out: Path, log: Path) -> None:
     version = sft_version(out)
     assert version is not None
     commit_sft(version, out / "engineer-coldstart.jsonl")
-    if not TARGET_POLICY:
-        commit_curve(curve)
+    commit_curve(curve)
     for folder in published(out):
         plot_sft(curve, version, folder / "sft-curve.png")
     for point in curve:
@@ -1348,6 +1347,8 @@ def commit_curve(curve: list[dict[str, Any]]) -> None:
     """The curve's points into the repository (counts only), after the points of earlier
     sessions up to where this curve starts (its run continued from there: later points of
     theirs belong to another run)."""
+    if TARGET_POLICY:
+        return  # another target's curve stays in DIR (`published`)
     path = COMMITTED / "results-sft-curve.json"
     earlier = json.loads(path.read_text()) if path.exists() else []
     points = {p["step"]: p for p in earlier if p["step"] < curve[0]["step"]}
