@@ -3,7 +3,10 @@
 Design (paired, shared baseline): the batch's baseline run is computed once per (batch,
 incumbent, target, run config) and cached; every valid candidate then runs the same task ids
 with the same seeds, all candidates' episodes together in lockstep so generation is batched
-across them. Cost: n + K*n episodes instead of the naive 2*K*n.
+across them. Cost: n + K*n episodes instead of the naive 2*K*n. Candidates whose composed
+overlays are the same code run once: the others (a group of samples that agree, common once
+an engineer has learnt a patch) get the result of the first, with no episodes of their own
+(cost 0), so K identical proposals cost n + n episodes and are judged alike.
 
 The baseline is the *incumbent*: the overlay the pool runs now (or the base harness). Each
 candidate is a link composed onto the incumbent's chain (`sandbox/compose.py`) and the composed
@@ -275,6 +278,14 @@ def _check_pairing(base: list[EpisodeOutcome], patched: list[EpisodeOutcome]) ->
         raise InfraFailure("canary pairing: baseline and patched outcomes are not the same tasks")
 
 
+def _twin_result(first: CandidateResult, twin: Candidate) -> CandidateResult:
+    """The result of a candidate whose composed overlay is `first`'s: the same verdict and
+    pairs, its own id and patch digest, no cost (it ran no episode)."""
+    own = twin.patch.sha256() if twin.patch is not None else None
+    update = {"candidate_id": twin.candidate_id, "patch_sha256": own, "cost": CandidateCost()}
+    return first.model_copy(update=update)
+
+
 class CanaryRunner:
     """Evaluates candidate patches against a shared baseline (see the module docstring)."""
 
@@ -394,13 +405,19 @@ class CanaryRunner:
         results: dict[str, CandidateResult] = {}
         runnable: list[tuple[Candidate, HookSet]] = []
         composed: dict[str, str] = {}
+        first_with: dict[str, Candidate] = {}  # composed overlay -> the candidate that runs it
+        twins: list[tuple[Candidate, Candidate]] = []  # (a candidate, its overlay's first)
         for candidate in candidates:
             overlay, reason = self._overlay(candidate, incumbent)
             if reason is not None or overlay is None:
                 reason = reason or "no_patch: the candidate carries no patch"
                 results[candidate.candidate_id] = self._invalid(candidate, reason)
                 continue
-            composed[candidate.candidate_id] = overlay.sha256()
+            composed[candidate.candidate_id] = sha = overlay.sha256()
+            if sha in first_with:
+                twins.append((candidate, first_with[sha]))
+                continue
+            first_with[sha] = candidate
             runnable.append((candidate, self.hooks_factory(overlay, candidate.candidate_id)))
         if self.config.control:
             runnable.append((Candidate(CONTROL_ID, None), self._incumbent_hooks(incumbent)))
@@ -427,6 +444,8 @@ class CanaryRunner:
                 control = result
             else:
                 results[candidate.candidate_id] = result
+        for twin, first in twins:
+            results[twin.candidate_id] = _twin_result(results[first.candidate_id], twin)
         return CanaryReport(
             batch_id=batch.batch_id,
             env=batch.env,

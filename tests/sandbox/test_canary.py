@@ -204,10 +204,27 @@ def test_paired_deltas_invalid_reward_and_a_shared_batched_baseline() -> None:
 
 def test_episodes_cost_n_plus_kn_not_2kn() -> None:
     canary = runner(ScriptedPolicy(["ACTION: dance"]))
-    report = canary.evaluate(BATCH, [Candidate(f"c{i}", OPEN) for i in range(4)])
+    distinct = [OPEN.model_copy(update={"description": f"open, take {i}"}) for i in range(4)]
+    report = canary.evaluate(BATCH, [Candidate(f"c{i}", p) for i, p in enumerate(distinct)])
     episodes = report.baseline_cost.episodes + sum(c.cost.episodes for c in report.candidates)
     assert episodes == 8 + 4 * 8  # naive design: 2 * 4 * 8 = 64
     assert DoorEnv.resets == 8 + 4 * 8  # counted by the env itself, not by the runner
+
+
+def test_identical_candidates_run_once_and_are_judged_alike() -> None:
+    """K samples that agree (an engineer that has learnt its patch) cost one candidate's
+    episodes; each keeps its own id, and the ones that did not run report no cost."""
+    canary = runner(ScriptedPolicy(["ACTION: dance"]))
+    candidates = [Candidate("a", OPEN), Candidate("b", LOOK_THEN_OPEN), Candidate("c", OPEN)]
+    report = canary.evaluate(BATCH, [*candidates, Candidate("d", OPEN)])
+    assert DoorEnv.resets == 8 + 2 * 8  # the baseline, OPEN once, LOOK_THEN_OPEN once
+    by_id = {c.candidate_id: c for c in report.candidates}
+    assert [c.candidate_id for c in report.candidates] == ["a", "b", "c", "d"]
+    for twin in ("c", "d"):
+        assert by_id[twin].delta_success == by_id["a"].delta_success == pytest.approx(0.5)
+        assert by_id[twin].pairs == by_id["a"].pairs
+        assert by_id[twin].cost.episodes == 0 and by_id[twin].patch_sha256 == OPEN.sha256()
+    assert by_id["a"].cost.episodes == 8 and by_id["b"].delta_success == pytest.approx(1.0)
 
 
 def test_flaky_infrastructure_is_retried() -> None:

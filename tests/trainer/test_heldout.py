@@ -125,7 +125,8 @@ def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> No
     # invalid proposals enter the mean reward at the configured 0.0
     assert summary["mean_reward"] == pytest.approx(score.deltas[0] / 2)
     assert summary["improved_fraction"] == 0.5
-    assert summary["canary_episodes"] == 2 * len(sources[0].tasks)
+    # the two valid proposals are one patch (the think text aside): its episodes run once
+    assert summary["canary_episodes"] == len(sources[0].tasks)
     assert list((tmp_path / "baselines").glob("*.json"))  # shared across versions on disk
     assert [s["rejected"] for s in score.samples][1:3] == [
         "parse:no_patch_block",
