@@ -20,11 +20,14 @@ files):
   teacher on its failures (`train coldstart`, K per packet, canaried on the packet's tasks): the
   kept patch with the best delta (whole, or the part DEPLOYED_TEMPLATES keeps) is the
   **incumbent**, the deployed harness every engineer is trained and judged against
-  (`<env>-incumbent.txt`, also committed); on the held-out split the
+  (`<env>-incumbent.txt`, also committed; written by hand where HAND_DEPLOYED says so,
+  ALFWorld's, and then no teacher round runs); on the held-out split the
   base harness, the incumbent, and the incumbent with Self-Refine. With `--teacher` (stage 2)
   the teacher on held-out packets as in the first report.
 - deployed: how the incumbent was chosen where it keeps only part of stage 1's best patch
-  (DEPLOYED_TEMPLATES): the target on the training split under each subset of its templates.
+  (DEPLOYED_TEMPLATES): the target on the training split under each subset of its templates;
+  for a hand-written one (HAND_DEPLOYED): base, incumbent, incumbent + the template it leaves
+  to a patch, the whole reference patch.
 - coldstart: the engineers' cold start. The target on COLDSTART_TASKS training tasks under the
   incumbent; the template teacher's one-template proposals on its failures, composed onto the
   incumbent and canaried against it; the lean prompt. Its kept rows go into the repository
@@ -223,7 +226,8 @@ def assert_held_out(env: str, out: Path) -> None:
     train, heldout = SPLITS[env]
     held = {row["task"]["task_id"] for row in trajectories(out / f"{env}-heldout-base.jsonl")}
     trained = {row["task"]["task_id"] for row in trajectories(out / f"{env}-train-base.jsonl")}
-    packets = trajectories(out / f"{env}-coldstart" / "packets.jsonl")
+    stage1 = out / f"{env}-coldstart" / "packets.jsonl"  # none for a hand-written incumbent
+    packets = trajectories(stage1) if stage1.exists() or env not in HAND_DEPLOYED else []
     canaried = {task_id for row in packets for task_id in row["task_ids"]}
     splits = {split for row in packets for split in row["splits"]}
     assert not held & trained, f"{env}: held-out tasks in the training runs: {held & trained}"
@@ -275,12 +279,13 @@ def stage_one_hand(env: str, out: Path, log: Path) -> dict[str, Any]:
     to choose one (the round it replaced is in the committed results, kept), the held-out
     baselines under it."""
     train, heldout = SPLITS[env]
-    committed = COMMITTED / f"results-{env}.json"
-    before = json.loads(committed.read_text()) if committed.exists() else {}
+    base_train = out / f"{env}-train-base.jsonl"
+    target_runs(env, train, TRAIN_TASKS[env], SEED, [], base_train, log)
+    before = committed_results(f"results-{env}.json")
     return {
         "env": env,
         "splits": {"train": train, "heldout": heldout},
-        "train_base": before.get("train_base"),
+        "train_base": rate(base_train),
         "coldstart": before.get("coldstart"),  # the teacher round that won nothing
         "incumbent": {
             "hand_written": f"{env}-incumbent.txt",
@@ -1622,15 +1627,18 @@ SWEEP_TEMPERATURES = (0.0, 0.2, 0.5)
 def run_deployed(envs: list[str], out: Path, log: Path) -> None:
     """How DEPLOYED_TEMPLATES was chosen: the target on the training split (TRAIN_TASKS, SEED)
     under each non-empty subset of stage 1's best patch's templates (same parameters), for
-    the envs that deploy only part of it. Training tasks only: the choice never looks at the
-    held-out split."""
+    the envs that deploy only part of it; for a hand-written incumbent (HAND_DEPLOYED) what
+    `hand_deployed` compares. Training tasks only: the choice never looks at the held-out
+    split. Merged into the committed results: a run over some envs keeps the others'."""
     results = {env: deployed_subsets(env, out, log) for env in envs if env in DEPLOYED_TEMPLATES}
     results |= {env: hand_deployed(env, out, log) for env in envs if env in HAND_DEPLOYED}
     if not results:
         print(f"no env of {envs} deploys part of a patch "
               f"({sorted([*DEPLOYED_TEMPLATES, *HAND_DEPLOYED])} do)")  # fmt: skip
         return
-    keep_results("results-deployed.json", results, out)
+    keep_results(
+        "results-deployed.json", {**committed_results("results-deployed.json"), **results}, out
+    )
     for env, rows in results.items():
         for name, row in rows.items():
             mark = " (deployed)" if row["deployed"] else ""
@@ -1674,7 +1682,7 @@ def hand_deployed(env: str, out: Path, log: Path) -> dict[str, dict[str, Any]]:
     SEED): the base harness, the incumbent, the incumbent with each of HAND_DEPLOYED's template
     calls on top (composed, as the canary composes an engineer's patch), and the env's whole
     reference patch."""
-    from harness_r1.sandbox.patchfile import REFERENCE_DIR
+    from harness_r1.sandbox.patchfile import REFERENCE_DIR, load_patch_file
     from harness_r1.trainer.template_calls import template_call
 
     folder = out / "deployed"
@@ -1690,11 +1698,16 @@ def hand_deployed(env: str, out: Path, log: Path) -> dict[str, dict[str, Any]]:
         path.write_text(call.patch.model_dump_json())
         conditions[f"incumbent+{name}"] = [*on, "--on", str(path)]
     conditions[REFERENCE[env]] = ["--on", str(REFERENCE_DIR / f"{REFERENCE[env]}.patch")]
-    digest = incumbent_digest(env, out)[:12]
     rows: dict[str, dict[str, Any]] = {}
     for name, extra in conditions.items():
-        keyed = name if name in ("base", REFERENCE[env]) else f"{name}-{digest}"
-        runs = folder / f"{env}-{keyed}.train.jsonl"
+        # keyed by what runs (the base training runs are stage 1's file)
+        patches = [p for p in extra[1::2] if not p.endswith(".patch")]
+        keyed = "+".join([name, *(load_patch_file(Path(p), env).sha256()[:12] for p in patches)])
+        runs = (
+            out / f"{env}-train-base.jsonl"
+            if name == "base"
+            else folder / f"{env}-{keyed}.train.jsonl"
+        )
         target_runs(env, SPLITS[env][0], TRAIN_TASKS[env], SEED, extra, runs, log)
         rows[name] = {**rate(runs), "deployed": name == "incumbent"}
     return rows

@@ -72,7 +72,12 @@ def canary_costs(env: str, split: str, tasks: int, max_steps: int, k: int) -> No
     policy = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=48), max_batch=8)
     runtime = HarnessRuntime(suite, policy, root, RunConfig(max_steps=max_steps, history_turns=3))
     reference = list(reference_patches(env).values())[0]
-    candidates = [Candidate(f"c{i}", reference) for i in range(k)]
+    # the same code under K descriptions: the canary runs identical overlays once, and this
+    # compares K candidates' episodes, each run, against the naive design
+    candidates = [
+        Candidate(f"c{i}", reference.model_copy(update={"description": f"copy {i}"}))
+        for i in range(k)
+    ]
 
     def factory(patch: Patch, candidate_id: str) -> HookSet:
         return IsolatedHooks(patch, SandboxConfig(), overlay_id=candidate_id)
@@ -108,7 +113,7 @@ def canary_costs(env: str, split: str, tasks: int, max_steps: int, k: int) -> No
     print(f"\nnaive / shared: episodes x{eps_ratio:.2f}, seconds x{secs_ratio:.2f}")
     deltas = [c.delta_success for c in shared.candidates]
     spread_ = statistics.pstdev(d or 0 for d in deltas)
-    print(f"(candidate deltas, identical patches: {deltas}; stdev {spread_:.3f})")
+    print(f"(candidate deltas, the same code run K times: {deltas}; stdev {spread_:.3f})")
 
 
 def main() -> None:

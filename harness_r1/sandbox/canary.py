@@ -4,9 +4,11 @@ Design (paired, shared baseline): the batch's baseline run is computed once per 
 incumbent, target, run config) and cached; every valid candidate then runs the same task ids
 with the same seeds, all candidates' episodes together in lockstep so generation is batched
 across them. Cost: n + K*n episodes instead of the naive 2*K*n. Candidates whose composed
-overlays are the same code run once: the others (a group of samples that agree, common once
-an engineer has learnt a patch) get the result of the first, with no episodes of their own
-(cost 0), so K identical proposals cost n + n episodes and are judged alike.
+overlays are the same patch (`Patch.sha256`: code and description; samples that agree, common
+once an engineer has learnt a patch) run once: the others get the first's result, verdict,
+pairs and counters included, with no episodes of their own (cost 0), so K identical proposals
+cost one candidate's n episodes (plus the baseline's n when it is not cached) and are judged
+alike; a worker failure of that one run is every twin's `infra_error`.
 
 The baseline is the *incumbent*: the overlay the pool runs now (or the base harness). Each
 candidate is a link composed onto the incumbent's chain (`sandbox/compose.py`) and the composed
@@ -283,7 +285,7 @@ def _twin_result(first: CandidateResult, twin: Candidate) -> CandidateResult:
     pairs, its own id and patch digest, no cost (it ran no episode)."""
     own = twin.patch.sha256() if twin.patch is not None else None
     update = {"candidate_id": twin.candidate_id, "patch_sha256": own, "cost": CandidateCost()}
-    return first.model_copy(update=update)
+    return first.model_copy(update=update, deep=True)
 
 
 class CanaryRunner:
