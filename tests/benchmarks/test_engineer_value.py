@@ -36,12 +36,16 @@ def test_the_committed_sft_engineer_is_the_one_the_committed_rows_teach(
 
 
 def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: ModuleType) -> None:
+    """A GRPO checkpoint or engineer in the repository belongs to the committed SFT engineer
+    (a new SFT engineer drops the old ones: GRPO starts again from it). When neither is there
+    (GRPO has not run from this engineer yet), there is nothing to check."""
     lineages = [
         folder / "lineage.json"
         for folder in (bench.CARRIED_GRPO, bench.COMMITTED_GRPO)
         if (folder / "lineage.json").exists()
     ]
-    assert lineages, "GRPO has neither a carried checkpoint nor a finished engineer"
+    if not lineages:
+        return
     sft = bench.weights_sha(bench.COMMITTED_SFT)
     for path in lineages:
         meta = json.loads(path.read_text())
