@@ -290,7 +290,7 @@ def stage_one_hand(env: str, out: Path, log: Path) -> dict[str, Any]:
         "incumbent": {
             "hand_written": f"{env}-incumbent.txt",
             "left_to_a_patch": list(HAND_DEPLOYED[env]),
-        },  # fmt: skip
+        },
         "heldout": heldout_baselines(env, incumbent_on(env, out), out, log),
     }
 
