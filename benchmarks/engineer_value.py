@@ -1681,33 +1681,29 @@ def hand_deployed(env: str, out: Path, log: Path) -> dict[str, dict[str, Any]]:
     """How a hand-written incumbent (HAND_DEPLOYED) compares on the training split (TRAIN_TASKS,
     SEED): the base harness, the incumbent, the incumbent with each of HAND_DEPLOYED's template
     calls on top (composed, as the canary composes an engineer's patch), and the env's whole
-    reference patch."""
-    from harness_r1.sandbox.patchfile import REFERENCE_DIR, load_patch_file
-    from harness_r1.trainer.template_calls import template_call
+    reference patch. Each condition's runs are named by the patches that run (the base's are
+    stage 1's file)."""
+    from harness_r1.sandbox.patchfile import REFERENCE_DIR
+    from harness_r1.trainer.teacher import TemplateTeacher, choices_in
 
     folder = out / "deployed"
     folder.mkdir(parents=True, exist_ok=True)
-    on = incumbent_on(env, out)
-    conditions: dict[str, list[str]] = {"base": [], "incumbent": on}
+    on, digest = incumbent_on(env, out), incumbent_digest(env, out)[:12]
+    conditions: dict[str, tuple[list[str], Path]] = {
+        "base": ([], out / f"{env}-train-base.jsonl"),
+        "incumbent": (on, folder / f"{env}-incumbent+{digest}.train.jsonl"),
+    }
     for text in HAND_DEPLOYED[env]:
         name = text.split("(")[0]
-        call = template_call(f"<think>{name}</think><patch>\n# description: templates: "
-                             f"{name}. {text}.\n</patch>", env)  # fmt: skip
-        assert call is not None and call.patch is not None, f"{env}: {text} does not render"
-        path = folder / f"{env}-{name}-{call.patch.sha256()[:12]}.json"
-        path.write_text(call.patch.model_dump_json())
-        conditions[f"incumbent+{name}"] = [*on, "--on", str(path)]
-    conditions[REFERENCE[env]] = ["--on", str(REFERENCE_DIR / f"{REFERENCE[env]}.patch")]
+        part = TemplateTeacher().render_patch(env, choices_in(f"templates: {name}. {text}."))
+        path = folder / f"{env}-{name}-{part.sha256()[:12]}.json"
+        path.write_text(part.model_dump_json())
+        runs = folder / f"{env}-incumbent+{name}+{digest}+{part.sha256()[:12]}.train.jsonl"
+        conditions[f"incumbent+{name}"] = ([*on, "--on", str(path)], runs)
+    reference = ["--on", str(REFERENCE_DIR / f"{REFERENCE[env]}.patch")]
+    conditions[REFERENCE[env]] = (reference, folder / f"{env}-{REFERENCE[env]}.train.jsonl")
     rows: dict[str, dict[str, Any]] = {}
-    for name, extra in conditions.items():
-        # keyed by what runs (the base training runs are stage 1's file)
-        patches = [p for p in extra[1::2] if not p.endswith(".patch")]
-        keyed = "+".join([name, *(load_patch_file(Path(p), env).sha256()[:12] for p in patches)])
-        runs = (
-            out / f"{env}-train-base.jsonl"
-            if name == "base"
-            else folder / f"{env}-{keyed}.train.jsonl"
-        )
+    for name, (extra, runs) in conditions.items():
         target_runs(env, SPLITS[env][0], TRAIN_TASKS[env], SEED, extra, runs, log)
         rows[name] = {**rate(runs), "deployed": name == "incumbent"}
     return rows
