@@ -475,7 +475,29 @@ def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: Pro
     ]
     for example in examples:
         lines += ["Example:", render_completion(example.patch, example.think)]
-    return "\n".join(lines)
+    return "\n".join(lines + template_menu(env, config.hooks))
+
+
+def template_menu(env: str, hooks: Sequence[HookName] = tuple(HookName)) -> list[str]:
+    """The library templates an engineer may name instead of writing code (a template call,
+    `trainer.template_calls`), each as the call of its default parameters, among `hooks`.
+
+    Why in the prompt: the session-16 SFT engineer, trained on calls but never shown the
+    library, invented names from the packet's task types (`alfworld_pick_and_place_simple`)
+    and every ALFWorld proposal was refused as a bad call; a name it can copy is a name it
+    gets right. Defaults only: the values a packet needs are what the cold start teaches."""
+    from harness_r1.trainer.teacher import TemplateChoice  # it imports this module
+    from harness_r1.trainer.templates import templates_for
+
+    calls = [TemplateChoice.of(t.name).label() for t in templates_for(env) if t.hook in hooks]
+    if not calls:
+        return []
+    return [
+        "Or name one library template instead of code: the patch's only line "
+        "`# description: templates: NAME. NAME(params).` with NAME(params) one of "
+        + "; ".join(calls)
+        + "."
+    ]
 
 
 # -- the user message -----------------------------------------------------------------------

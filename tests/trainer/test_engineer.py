@@ -69,6 +69,7 @@ from harness_r1.trainer.prompt import (
     reference_example,
     render_completion,
     system_prompt,
+    template_menu,
 )
 from harness_r1.trainer.propose import (
     classify,
@@ -615,7 +616,9 @@ def test_transformers_engineer_on_smollm2_samples_k_with_token_ids_and_reproduce
 # -- the lean prompt (issue 20: a small engineer's passes were dominated by a ~2.6k prompt) ---
 
 LEAN = PromptConfig(lean=True)
-LEAN_TOKEN_BUDGET = 1000  # system + packet (the full prompt: ~2.6k on the same packet)
+# system + packet (the full prompt: ~2.6k on the same packet); ~950 before session 17's
+# template menu (~250 tokens on DBBench, the longest library)
+LEAN_TOKEN_BUDGET = 1250
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -629,7 +632,37 @@ def test_the_lean_prompt_keeps_the_surface_a_patch_needs(env: str) -> None:
     for hook, keys in HOOK_EXTRA_CTX.items():
         assert f"{hook} also {', '.join(keys)}" in text
     assert "<think>" in text and "<patch>" in text and text.count("Example:") == 1
-    assert len(text) < len(system_prompt(env)) / 2
+    menu = "\n".join(template_menu(env))
+    assert text.endswith("\n" + menu)  # the library templates, the full prompt has no menu
+    assert len(text) - len(menu) < len(system_prompt(env)) / 2
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_call_of_the_lean_menu_renders_a_patch_of_the_env(env: str) -> None:
+    """The menu's calls are the names and labels `template_call` reads: an engineer that copies
+    one writes a valid call (session 16's invented names were all refused)."""
+    from harness_r1.trainer.template_calls import template_call
+    from harness_r1.trainer.templates import templates_for
+
+    (line,) = template_menu(env)
+    calls = line.split(" one of ", 1)[1].removesuffix(".").split("; ")
+    assert [c.split("(")[0] for c in calls] == [t.name for t in templates_for(env)]
+    for call in calls:
+        name = call.split("(")[0]
+        text = f"<think>t</think><patch>\n# description: templates: {name}. {call}.\n</patch>"
+        result = template_call(text, env)
+        assert result is not None and result.patch is not None, (call, result)
+        assert result.patch.env == env
+
+
+def test_the_menu_leaves_out_templates_of_a_removed_hook() -> None:
+    from harness_r1.trainer.templates import TEMPLATES
+
+    kept = tuple(h for h in HookName if h != HookName.PRE_ACTION)
+    (line,) = template_menu("webshop", kept)
+    assert "ws_pick_options(" in template_menu("webshop")[0]
+    assert TEMPLATES["ws_pick_options"].hook == HookName.PRE_ACTION
+    assert "ws_pick_options(" not in line and "ws_skills(" in line
 
 
 def test_the_lean_packet_shows_the_failure_points_last_steps(packet: FailurePacket) -> None:
