@@ -649,27 +649,38 @@ WARM_START = COMMITTED / "sft-engineer-json"
 
 
 def rows_digest(dataset: Path) -> str:
-    """SHA-256 of a dataset's completions in order: the teacher's patches SFT teaches, which
-    the committed rows fix. The prompts are left out: a restore rebuilds them from regenerated
-    runs, which differ on another kind of CPU (stage 4 in BENCHMARKS.md) while the rows are the
-    same; the metadata too (a restore adds to it)."""
-    return _completions_digest([row["completion"] for row in trajectories(dataset)])
+    """SHA-256 of a dataset's rows in order, each as its system message and its completion:
+    the teacher's patches SFT teaches, which the committed rows fix, and the system prompt they
+    were taught under, which the code fixes (session 17's template menu changed it: an engineer
+    trained without the menu is not the one the rows now teach). The user messages are left
+    out: a restore rebuilds them from regenerated runs, which differ on another kind of CPU
+    (stage 4 in BENCHMARKS.md) while the rows are the same; the metadata too (a restore adds
+    to it)."""
+    return _rows_digest(
+        [(row["prompt"][0]["content"], row["completion"]) for row in trajectories(dataset)]
+    )
 
 
-def _completions_digest(completions: list[Any]) -> str:
+def _rows_digest(rows: list[Any]) -> str:
     import hashlib
 
-    return hashlib.sha256(json.dumps(completions, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
 @functools.cache
 def committed_rows_digest(envs: tuple[str, ...] = DEFAULT_ENVS) -> str:
     """`rows_digest` of the dataset a restore of the committed rows would merge (`envs` in the
-    default order, each completion in the current format), computed without the restore: the
-    rows' completions are committed, only their prompts need the regenerated runs."""
-    return _completions_digest(
+    default order, each completion in the current format under the current lean system
+    prompt), computed without the restore: the rows' completions are committed, only their
+    user messages need the regenerated runs."""
+    from harness_r1.trainer.prompt import PromptConfig, system_prompt
+
+    return _rows_digest(
         [
-            current_format(row["completion"], env)
+            (
+                system_prompt(env, config=PromptConfig(lean=True)),
+                current_format(row["completion"], env),
+            )
             for env in envs
             for row in trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl")
         ]

@@ -30,7 +30,9 @@ def test_the_committed_sft_engineer_is_the_one_the_committed_rows_teach(
     bench: ModuleType,
 ) -> None:
     """A change to the output format (`current_format`, template calls) that renders the
-    committed rows differently would make `sft_version` ignore the committed engineer."""
+    committed rows differently, or to the lean system prompt they are taught under (session
+    17's template menu), makes `sft_version` ignore the committed engineer: retrain and commit
+    it (`--stages sft`)."""
     digest = (bench.COMMITTED_SFT / "rows-digest.txt").read_text().strip()
     assert digest == bench.committed_rows_digest()
 
