@@ -1010,18 +1010,24 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
 
 
 #: what the GRPO curve keeps of each logged step (TRL's names; `canary/valid_fraction` is
-#: CanaryReward's, logged on the steps that sampled a group)
+#: CanaryReward's, logged on the steps that sampled a group, as are `canary/reward_<env>`, the
+#: group's mean reward under the env it drew, since session 17)
 GRPO_CURVE_KEYS = ("loss", "reward", "reward_std", "canary/valid_fraction", "grad_norm")
+GRPO_CURVE_PREFIXES = ("canary/reward_",)
 
 
 def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
     """The GRPO run's per-step log so far (its trainer state: a resumed run's includes the
     steps before the pause) into DIR and the repository (numbers only), and its plot."""
     history = json.loads(state_file.read_text())["log_history"]
+
+    def kept(key: str) -> bool:
+        return key in GRPO_CURVE_KEYS or key.startswith(GRPO_CURVE_PREFIXES)
+
     curve = [
-        {"step": row["step"], **{k: row[k] for k in GRPO_CURVE_KEYS if k in row}}
+        {"step": row["step"], **{k: v for k, v in row.items() if kept(k)}}
         for row in history
-        if "step" in row and any(k in row for k in GRPO_CURVE_KEYS)
+        if "step" in row and any(kept(k) for k in row)
     ]
     for folder in published(out):
         (folder / "results-grpo-curve.json").write_text(json.dumps(curve, indent=2) + "\n")

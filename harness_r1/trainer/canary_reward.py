@@ -127,6 +127,7 @@ class CanaryReward:
         invalid = 0
         valid: dict[str, list[tuple[int, Candidate]]] = {}
         resolved: dict[str, tuple[CanaryBatch, Evaluator]] = {}
+        env_of: list[str] = []
         for i, completion in enumerate(completions):
             packet_id = str(packet_ids[i])
             env = envs[i]
@@ -134,6 +135,7 @@ class CanaryReward:
                 if packet_id not in resolved:
                     resolved[packet_id] = self.resolver.resolve(packet_id)
                 env = resolved[packet_id][0].env
+            env_of.append(str(env))
             sample = EngineerSample(text=completion_text(completion))
             proposal = classify(sample, str(env), i, self.limits)
             if not proposal.valid or proposal.patch is None:
@@ -164,10 +166,25 @@ class CanaryReward:
                 if result is not None:
                     rewards[i] = self.shape.of_result(result, self.metric)
         self.rewards.extend(rewards)
+        log.info("canary rewards", packet_ids=sorted(set(map(str, packet_ids))),
+                 envs=sorted(set(env_of)), rewards=rewards, invalid=invalid)  # fmt: skip
         log_metric = kw.get("log_metric")
         if callable(log_metric) and n:
             log_metric("canary/valid_fraction", 1.0 - invalid / n)
+            for env, mean in env_means(env_of, rewards).items():
+                log_metric(f"canary/reward_{env}", mean)
         return rewards
+
+
+def env_means(envs: Sequence[str], rewards: Sequence[float | None]) -> dict[str, float]:
+    """Mean reward per env of one call's completions (None rewards left out): a GRPO run that
+    trains on several envs' packets logs which env each group drew and how it scored, so its
+    curve reads per env."""
+    by_env: dict[str, list[float]] = {}
+    for env, reward in zip(envs, rewards, strict=True):
+        if reward is not None:
+            by_env.setdefault(env, []).append(reward)
+    return {env: sum(values) / len(values) for env, values in sorted(by_env.items())}
 
 
 def describe_reward(reward: Any) -> dict[str, Any]:

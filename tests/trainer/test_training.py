@@ -34,6 +34,7 @@ from harness_r1.trainer.canary_reward import (
     CanaryReward,
     MappingResolver,
     describe_reward,
+    env_means,
     reward_counts,
 )
 from harness_r1.trainer.engineer import EngineerSample
@@ -206,6 +207,26 @@ def test_an_invalid_patch_gets_the_configured_reward_without_running_anything() 
     )
     assert rewards == [-0.5, 0.25]
     assert len(runner.calls) == 1 and [c.candidate_id for c in runner.calls[0]] == ["c1"]
+
+
+def test_each_call_logs_its_valid_fraction_and_its_mean_reward_per_env() -> None:
+    """A GRPO run over several envs' packets: the curve must tell which env a group drew."""
+    logged: list[tuple[str, float]] = []
+    reward = CanaryReward(StaticResolver(RecordingRunner([0.5])), invalid_reward=-0.5)
+    completions = [
+        [{"role": "assistant", "content": "no patch"}],
+        [{"role": "assistant", "content": VALID_COMPLETION}],
+    ]
+    rewards = reward(
+        ["p", "p"],
+        completions,
+        packet_id=["p1", "p1"],
+        env=["alfworld", "alfworld"],
+        log_metric=lambda key, value: logged.append((key, value)),
+    )
+    assert rewards == [-0.5, 0.5]
+    assert logged == [("canary/valid_fraction", 0.5), ("canary/reward_alfworld", 0.0)]
+    assert env_means(["a", "b", "a"], [1.0, None, 0.0]) == {"a": 0.5}
 
 
 def test_graded_invalid_reward_ranks_a_group_that_is_all_invalid_or_faulting() -> None:
