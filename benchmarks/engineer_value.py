@@ -1139,17 +1139,40 @@ def engineer_args(name: str, out: Path) -> list[str] | None:
 
 def engineer_files(env: str, name: str, out: Path, args: list[str]) -> dict[str, Path]:
     """Where an engineer's table row keeps its files: keyed by the incumbent (a report from
-    before an incumbent change is not reused) and, for a trained engineer, by its weights (a
-    retrained engineer runs again); the sampling in the report's name."""
+    before an incumbent change is not reused), for a trained engineer by its weights (a
+    retrained engineer runs again) and for a model engineer by its prompt (the untrained one
+    has no weights of its own: session 17's template menu changed what it reads); the sampling
+    in the report's name."""
     temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
     weights = adapter_weights(args)
-    tag = incumbent_digest(env, out)[:12] + (f"-{weights}" if weights else "")
+    prompt = engineer_prompt_sha(env, args)
+    tag = (
+        incumbent_digest(env, out)[:12]
+        + (f"-{weights}" if weights else "")
+        + (f"-p{prompt[:8]}" if prompt else "")
+    )
     stem = f"{env}-{name}-{tag}"
     return {
         "report": out / "engineers" / f"{stem}-t{temperature}.json",
         "best": out / "engineers" / f"{stem}-best.json",
         "after": out / "engineers" / f"{stem}-heldout-after-best.jsonl",
     }
+
+
+def engineer_prompt_sha(env: str, args: list[str]) -> str | None:
+    """SHA-256 of the lean system prompt an engineer of `args` reads on `env` (the hooks it may
+    write included); None for the template teacher, which reads no prompt."""
+    import hashlib
+
+    from harness_r1.contracts import HookName
+    from harness_r1.trainer.prompt import PromptConfig, system_prompt
+
+    if "--teacher" in args:
+        return None
+    removed = args[args.index("--without-hook") + 1] if "--without-hook" in args else None
+    hooks = tuple(h for h in HookName if str(h) != removed)
+    text = system_prompt(env, config=PromptConfig(lean=True, hooks=hooks))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def adapter_weights(args: list[str]) -> str | None:
@@ -1185,6 +1208,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         "engineer": name,
         "incumbent_sha256": incumbent_digest(env, out),
         "weights_sha256_12": adapter_weights(args),
+        "prompt_sha256": engineer_prompt_sha(env, args),
         "proposals": summary["proposals"],
         "valid": summary["valid"],
         "valid_ci": list(wilson_interval(summary["valid"], summary["proposals"])),
@@ -1438,17 +1462,22 @@ def merged_engineer_rows(
     earlier: dict[str, list[dict[str, Any]]], rows: dict[str, list[dict[str, Any]]]
 ) -> dict[str, list[dict[str, Any]]]:
     """The committed table with this run's rows in: per env, an earlier row is kept only for an
-    engineer not rerun and only if it ran against the same incumbent as this run's rows."""
+    engineer not rerun, only if it ran against the same incumbent as this run's rows, and, for
+    a model engineer (not the teacher), only under a prompt one of them read (a row from
+    before `prompt_sha256` was recorded has none: it goes)."""
     merged = {env: list(found) for env, found in earlier.items()}
     for env, found in rows.items():
         if not found:  # no engineer of this run is trained yet: the committed rows stand
             continue
         rerun = {row["engineer"] for row in found}
         incumbents = {row["incumbent_sha256"] for row in found}
+        prompts = {row.get("prompt_sha256") for row in found} - {None}
         kept = [
             row
             for row in earlier.get(env, [])
-            if row["engineer"] not in rerun and row.get("incumbent_sha256") in incumbents
+            if row["engineer"] not in rerun
+            and row.get("incumbent_sha256") in incumbents
+            and (row["engineer"] == "teacher" or row.get("prompt_sha256") in prompts)
         ]
         order = {name: i for i, name in enumerate(ENGINEERS)}
         merged[env] = sorted([*kept, *found], key=lambda row: order.get(row["engineer"], 99))

@@ -56,8 +56,15 @@ def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: Mod
         assert set(meta["envs"]) <= set(bench.DEFAULT_ENVS), path
 
 
-def row(engineer: str, incumbent: str = "inc-a", delta: float = 0.0) -> dict[str, object]:
-    return {"engineer": engineer, "incumbent_sha256": incumbent, "mean_delta": delta}
+def row(
+    engineer: str, incumbent: str = "inc-a", delta: float = 0.0, prompt: str = "p-a"
+) -> dict[str, object]:
+    return {
+        "engineer": engineer,
+        "incumbent_sha256": incumbent,
+        "mean_delta": delta,
+        "prompt_sha256": None if engineer == "teacher" else prompt,
+    }
 
 
 def test_a_partial_run_merges_into_the_committed_table(bench: ModuleType) -> None:
@@ -77,6 +84,26 @@ def test_rows_against_another_incumbent_are_dropped_by_a_rerun(bench: ModuleType
     earlier = {"webshop": [row("untrained", "old"), row("teacher", "old")]}
     merged = bench.merged_engineer_rows(earlier, {"webshop": [row("sft", "new")]})
     assert merged["webshop"] == [row("sft", "new")]
+
+
+def test_model_rows_under_another_prompt_are_dropped_by_a_rerun(bench: ModuleType) -> None:
+    """Session 17's template menu: the untrained engineer has no weights to tell its rows
+    apart, so its row from before the menu must not stand beside rows measured under it. The
+    template teacher reads no prompt: its row stands."""
+    earlier = {"webshop": [row("untrained", prompt="old"), row("teacher")]}
+    legacy = {k: v for k, v in row("untrained").items() if k != "prompt_sha256"}
+    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("sft", prompt="new")]})
+    assert merged["webshop"] == [row("teacher"), row("sft", prompt="new")]
+    merged = bench.merged_engineer_rows({"webshop": [legacy]}, {"webshop": [row("sft")]})
+    assert merged["webshop"] == [row("sft")]  # a row from before prompts were recorded goes
+
+
+def test_the_prompt_key_follows_the_hooks_an_engineer_may_write(bench: ModuleType) -> None:
+    full = bench.engineer_prompt_sha("webshop", [])
+    assert full == bench.engineer_prompt_sha("webshop", ["--adapter", "x"])
+    assert full != bench.engineer_prompt_sha("webshop", ["--without-hook", "pre_action"])
+    assert full != bench.engineer_prompt_sha("alfworld", [])
+    assert bench.engineer_prompt_sha("webshop", ["--teacher", "1"]) is None
 
 
 def test_the_bootstrap_interval_is_seeded_and_brackets_the_mean(bench: ModuleType) -> None:
