@@ -1463,21 +1463,21 @@ def merged_engineer_rows(
 ) -> dict[str, list[dict[str, Any]]]:
     """The committed table with this run's rows in: per env, an earlier row is kept only for an
     engineer not rerun, only if it ran against the same incumbent as this run's rows, and, for
-    a model engineer (not the teacher), only under a prompt one of them read (a row from
-    before `prompt_sha256` was recorded has none: it goes)."""
+    a model engineer (not the teacher), only if it read the current prompt (a row from before
+    `prompt_sha256` was recorded has none: it goes)."""
     merged = {env: list(found) for env, found in earlier.items()}
     for env, found in rows.items():
         if not found:  # no engineer of this run is trained yet: the committed rows stand
             continue
         rerun = {row["engineer"] for row in found}
         incumbents = {row["incumbent_sha256"] for row in found}
-        prompts = {row.get("prompt_sha256") for row in found} - {None}
+        prompt = engineer_prompt_sha(env, [])  # what the table's model engineers read
         kept = [
             row
             for row in earlier.get(env, [])
             if row["engineer"] not in rerun
             and row.get("incumbent_sha256") in incumbents
-            and (row["engineer"] == "teacher" or row.get("prompt_sha256") in prompts)
+            and (row["engineer"] == "teacher" or row.get("prompt_sha256") == prompt)
         ]
         order = {name: i for i, name in enumerate(ENGINEERS)}
         merged[env] = sorted([*kept, *found], key=lambda row: order.get(row["engineer"], 99))

@@ -5,6 +5,7 @@ a partial run merges into the committed table rather than dropping rows."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from harness_r1.trainer.prompt import PromptConfig, system_prompt
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "engineer_value.py"
 
@@ -56,8 +59,14 @@ def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: Mod
         assert set(meta["envs"]) <= set(bench.DEFAULT_ENVS), path
 
 
+#: the lean system prompt the table's model engineers read on WebShop, as its rows record it
+WEBSHOP_PROMPT = hashlib.sha256(
+    system_prompt("webshop", config=PromptConfig(lean=True)).encode()
+).hexdigest()
+
+
 def row(
-    engineer: str, incumbent: str = "inc-a", delta: float = 0.0, prompt: str = "p-a"
+    engineer: str, incumbent: str = "inc-a", delta: float = 0.0, prompt: str = WEBSHOP_PROMPT
 ) -> dict[str, object]:
     return {
         "engineer": engineer,
@@ -90,12 +99,15 @@ def test_model_rows_under_another_prompt_are_dropped_by_a_rerun(bench: ModuleTyp
     """Session 17's template menu: the untrained engineer has no weights to tell its rows
     apart, so its row from before the menu must not stand beside rows measured under it. The
     template teacher reads no prompt: its row stands."""
-    earlier = {"webshop": [row("untrained", prompt="old"), row("teacher")]}
+    earlier = {"webshop": [row("untrained", prompt="old"), row("teacher"), row("sft")]}
     legacy = {k: v for k, v in row("untrained").items() if k != "prompt_sha256"}
-    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("sft", prompt="new")]})
-    assert merged["webshop"] == [row("teacher"), row("sft", prompt="new")]
+    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("grpo")]})
+    assert merged["webshop"] == [row("teacher"), row("sft"), row("grpo")]
+    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("teacher", delta=0.5)]})
+    assert merged["webshop"] == [row("teacher", delta=0.5), row("sft")]  # a teacher-only rerun
     merged = bench.merged_engineer_rows({"webshop": [legacy]}, {"webshop": [row("sft")]})
     assert merged["webshop"] == [row("sft")]  # a row from before prompts were recorded goes
+    assert bench.engineer_prompt_sha("webshop", []) == WEBSHOP_PROMPT
 
 
 def test_the_prompt_key_follows_the_hooks_an_engineer_may_write(bench: ModuleType) -> None:
