@@ -40,12 +40,25 @@ NON_IDENTITY_SETTINGS = frozenset(
 )
 
 
-def use_bf16(use_cpu: bool, cpu_bf16: bool) -> bool:
+def use_bf16(use_cpu: bool, cpu_bf16: bool, flags: frozenset[str] | None = None) -> bool:
     """Mixed precision (bf16 autocast, fp32 master weights) for a run: on an accelerator where
     it supports bf16; on CPU only when asked (`cpu_bf16`: fast where the CPU has bf16
-    instructions, AVX512-BF16 or AMX; see BENCHMARKS.md "Training in bf16 on CPU")."""
+    instructions, AVX512-BF16 or AMX; see BENCHMARKS.md "Training in bf16 on CPU") and only
+    where the CPU has them (`flags`: its flags, read from /proc/cpuinfo when None): elsewhere
+    torch emulates bf16 and a matrix product took ~40x fp32's (an EPYC without AVX512,
+    session 18), so the run says so and computes in fp32. The precision is how the steps are
+    computed, not what is trained (NON_IDENTITY_SETTINGS): a run paused on one host resumes on
+    another."""
     if use_cpu:
-        return cpu_bf16
+        if not cpu_bf16:
+            return False
+        from harness_r1.harness.policies.cpu import choose_dtype
+
+        choice = choose_dtype("auto", flags)
+        if choice.dtype != "bfloat16":
+            log.warning("cpu_bf16 ignored: training in fp32", reason=choice.reason)
+            return False
+        return True
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())

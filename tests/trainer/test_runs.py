@@ -16,6 +16,7 @@ from harness_r1.trainer.runs import (
     carry_checkpoint,
     later_checkpoint,
     make_time_budget,
+    use_bf16,
 )
 
 
@@ -119,14 +120,32 @@ def test_carrying_a_checkpoint_without_its_optimizer_is_refused(tmp_path: Path) 
 
 @pytest.mark.parametrize("cpu_bf16", [False, True])
 def test_cpu_bf16_reaches_both_trainers_configs(tmp_path: Path, cpu_bf16: bool) -> None:
-    """Mixed precision on CPU only when asked: fp32 stays the default (the committed
-    engineers were trained in it)."""
+    """Mixed precision on CPU only when asked (fp32 stays the default: the committed
+    engineers were trained in it), and only on a CPU that computes bf16 natively."""
+    from harness_r1.harness.policies.cpu import choose_dtype
     from harness_r1.trainer.grpo import GrpoSettings, grpo_config
     from harness_r1.trainer.sft import SftSettings, sft_config
 
+    native = choose_dtype("auto").dtype == "bfloat16"
     sft = sft_config(SftSettings(max_steps=1, cpu_bf16=cpu_bf16), tmp_path)
     grpo = grpo_config(GrpoSettings(cpu_bf16=cpu_bf16), tmp_path, max_steps=1)
-    assert (sft.bf16, grpo.bf16) == (cpu_bf16, cpu_bf16)
+    assert (sft.bf16, grpo.bf16) == (cpu_bf16 and native, cpu_bf16 and native)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (frozenset({"avx2", "avx512f", "avx512_bf16"}), True),
+        (frozenset({"avx2", "amx_bf16", "amx_tile"}), True),
+        (frozenset({"avx2", "fma"}), False),  # torch would emulate bf16: ~40x slower products
+        (frozenset(), False),
+    ],
+)
+def test_cpu_bf16_is_taken_only_where_the_cpu_computes_it(
+    flags: frozenset[str], expected: bool
+) -> None:
+    assert use_bf16(use_cpu=True, cpu_bf16=True, flags=flags) is expected
+    assert use_bf16(use_cpu=True, cpu_bf16=False, flags=flags) is False  # asked for or not at all
 
 
 def test_a_carried_checkpoint_holds_what_resuming_needs_and_its_carrier_notes(
