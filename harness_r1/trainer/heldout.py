@@ -122,6 +122,31 @@ class PacketScore:
             "samples": self.samples,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PacketScore:
+        """A score as `to_dict` wrote it (a resumed evaluation's finished packets)."""
+        return cls(
+            packet_id=data["packet_id"],
+            tasks=data["tasks"],
+            proposals=data["proposals"],
+            valid=data["valid"],
+            deltas=list(data["deltas"]),
+            rewards=list(data["rewards"]),
+            infra_errors=data["infra_errors"],
+            rejected=Counter(data["rejected"]),
+            generated_tokens=data["generated_tokens"],
+            generate_seconds=data["generate_seconds"],
+            canary_episodes=data["canary_episodes"],
+            canary_seconds=data["canary_seconds"],
+            baseline_episodes=data["baseline_episodes"],
+            baseline_seconds=data["baseline_seconds"],
+            samples=list(data["samples"]),
+            promoted=data["promoted"],
+            verdicts=Counter(data["verdicts"]),
+            guard_episodes=data["guard_episodes"],
+            guard_seconds=data["guard_seconds"],
+        )
+
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
@@ -359,14 +384,24 @@ def evaluate_engineer(
     config: HeldOutConfig | None = None,
     on_packet: Callable[[PacketScore], None] | None = None,
     gate: HeldOutGate | None = None,
+    done: Sequence[PacketScore] = (),
 ) -> HeldOutReport:
     """Score `engineer` on every held-out source, in order (with `gate`: and the gate's
     verdicts). An engineer model is prompted with the config's prompt, temperature and token
-    budget; a PatchWriter (e.g. the template teacher) writes as it does in production."""
+    budget; a PatchWriter (e.g. the template teacher) writes as it does in production.
+
+    `done`: the scores of the first sources from an interrupted evaluation of the same
+    engineer and config; they are kept and those sources skipped. Sampling is seeded per
+    packet index, so the resumed report is the one an uninterrupted run writes."""
     config = config or HeldOutConfig()
+    expected = [source.packet.packet_id for source in sources[: len(done)]]
+    if [score.packet_id for score in done] != expected:
+        raise ValueError("the finished scores are not the first packets of these sources")
     writer = engineer if isinstance(engineer, PatchWriter) else _writer(engineer, config)
-    scores = []
+    scores = list(done)
     for index, source in enumerate(sources):
+        if index < len(done):
+            continue
         score = score_packet(index, source, writer, runner_for(source.env), config, gate)
         scores.append(score)
         if on_packet is not None:

@@ -206,6 +206,23 @@ def test_engineer_evaluate_scores_the_template_teacher_for_validity_without_epis
     assert summary["gated"] is False and summary["promoted_fraction"] is None
     refused = runner.invoke(app, [*evaluate, *options, "--teacher", "1", "--gate"])
     assert refused.exit_code != 0 and "--gate needs the canary" in refused.output
+    # interrupted after its first packet, the same request resumes: that packet is kept as it
+    # was written (the marker), the second is scored as an uninterrupted run scores it
+    data = json.loads(report.read_text())
+    partial = report.with_suffix(".partial.json")
+    marked = {**data, "packets": [{**data["packets"][0], "generate_seconds": 12345.0}]}
+    partial.write_text(json.dumps(marked))
+    resumed = runner.invoke(app, [*evaluate, *options, "--teacher", "1"])
+    assert resumed.exit_code == 0 and "resuming after 1 of 2 packets" in resumed.output
+    again = json.loads(report.read_text())
+    assert again["packets"][0]["generate_seconds"] == 12345.0
+    assert again["packets"][1]["samples"] == data["packets"][1]["samples"]
+    assert not partial.exists()  # the whole report is written
+    # the progress of another request (two templates a patch) is not taken
+    partial.write_text(json.dumps(marked))
+    other = runner.invoke(app, [*evaluate, *options, "--teacher", "2"])
+    assert other.exit_code == 0 and "ignoring" in other.output
+    assert json.loads(report.read_text())["packets"][0]["generate_seconds"] != 12345.0
 
 
 def test_engineer_propose_with_the_template_teacher(tmp_path: Path) -> None:

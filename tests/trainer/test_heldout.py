@@ -31,7 +31,12 @@ from harness_r1.trainer.coldstart_sources import (
     tasks_and_seeds,
 )
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.heldout import HeldOutConfig, HeldOutGate, evaluate_engineer
+from harness_r1.trainer.heldout import (
+    HeldOutConfig,
+    HeldOutGate,
+    PacketScore,
+    evaluate_engineer,
+)
 
 pytestmark = pytest.mark.integration
 JUNK = "Thought: buy. Action: nothing"  # scripted stand-in for the target model
@@ -207,6 +212,16 @@ def test_validity_only_refuses_what_the_canary_would_and_runs_no_episode() -> No
         "parse:no_patch_block": 1,
     }
     assert summary["canary_episodes"] == 0 and summary["baseline_episodes"] == 0
+    # a resumed evaluation keeps finished scores only of these very packets, in their order
+    stale = PacketScore(packet_id="another-packet", tasks=4)
+    no_episodes = lambda _env: NoEpisodes()  # type: ignore[arg-type,return-value]  # noqa: E731
+    with pytest.raises(ValueError, match="not the first packets"):
+        evaluate_engineer(sources, engineer, no_episodes, HeldOutConfig(canary=False), done=[stale])
+    resumed = evaluate_engineer(
+        sources, engineer, no_episodes, HeldOutConfig(canary=False), done=report.packets
+    )
+    assert resumed.packets == report.packets
+    assert len(engineer.calls) == 1  # nothing left to score: nothing proposed again
 
 
 def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(

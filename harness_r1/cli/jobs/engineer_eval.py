@@ -5,12 +5,17 @@ Packets are built from runs of the held-out split exactly as the cold start buil
 the training split, so before-SFT / after-SFT / after-GRPO numbers are comparable: run this once
 per version with the same runs, seed and `--baseline-cache`. `--validity-only` loads no target
 and runs no episode (the valid fraction of an SFT checkpoint, cheaply).
+
+An evaluation with `--out` keeps its report so far in `OUT.partial.json` after every packet; a
+rerun of the same request (same engineer weights, runs, incumbent, config: its `resume_key`)
+resumes after the packets it finished, and a progress file of another request is ignored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -23,6 +28,7 @@ from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner
 from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.trainer.coldstart_sources import (
+    PacketSource,
     SourceConfig,
     TaskIndex,
     sources_from_runs,
@@ -80,12 +86,14 @@ def run_engineer_eval(
         else TemplateWriter(TeacherConfig(max_templates=request.teacher_templates))
     )
     name = engineer.name if isinstance(engineer, PatchWriter) else engineer.model_id
-    scored: list[PacketScore] = []
+    key = resume_key(request)
+    partial = None if request.out is None else request.out.with_suffix(".partial.json")
+    scored = _finished(partial, key, sources, console)
+    done = tuple(scored)
 
     def progress(score: PacketScore) -> None:
         scored.append(score)  # the report so far is on disk (.partial) after every packet
-        partial = None if request.out is None else request.out.with_suffix(".partial.json")
-        _write(partial, HeldOutReport(name, request.heldout, scored, gate is not None))
+        _write(partial, HeldOutReport(name, request.heldout, scored, gate is not None), key)
         console.print(
             f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
             f"deltas {score.deltas}, {score.generated_tokens} tokens in "
@@ -95,7 +103,13 @@ def run_engineer_eval(
     console.print(f"{len(sources)} held-out packets, engineer {name}")
     try:
         report = evaluate_engineer(
-            sources, engineer, lambda _env: runner or NoCanary(), request.heldout, progress, gate
+            sources,
+            engineer,
+            lambda _env: runner or NoCanary(),
+            request.heldout,
+            progress,
+            gate,
+            done,
         )
     finally:
         if runner is not None:
@@ -103,10 +117,47 @@ def run_engineer_eval(
         close = getattr(engineer, "close", None)
         if callable(close):
             close()
-    _write(request.out, report)
-    if request.out is not None:  # the whole report is written: the progress copy has served
-        request.out.with_suffix(".partial.json").unlink(missing_ok=True)
+    _write(request.out, report, key)
+    if partial is not None:  # the whole report is written: the progress copy has served
+        partial.unlink(missing_ok=True)
     return report
+
+
+def resume_key(request: EngineerEvalRequest) -> str:
+    """SHA-256 of what an evaluation's numbers depend on: the request (engineer, sampling,
+    gate, target, sizes) and the bytes it reads (the runs, the incumbent chain, the adapter's
+    weights and config). A progress file resumes only a request with the same key."""
+    digest = hashlib.sha256(repr(replace(request, out=None)).encode())
+    adapter = request.engineer.adapter
+    weights = (
+        []
+        if adapter is None
+        else [adapter / "adapter_model.safetensors", adapter / "adapter_config.json"]
+    )
+    for path in [*request.runs, *request.on, *weights]:
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes() if path.is_file() else b"<absent>")
+    return digest.hexdigest()
+
+
+def _finished(
+    partial: Path | None, key: str, sources: list[PacketSource], console: Console
+) -> list[PacketScore]:
+    """The finished packets of an interrupted evaluation of this same request (none when
+    there is no progress file, or it belongs to another request or other packets)."""
+    if partial is None or not partial.exists():
+        return []
+    data = json.loads(partial.read_text(encoding="utf-8"))
+    if data.get("resume_key") != key:
+        console.print(f"ignoring {partial}: the progress of another request")
+        return []
+    scores = [PacketScore.from_dict(packet) for packet in data["packets"]]
+    ids = [source.packet.packet_id for source in sources]
+    if [score.packet_id for score in scores] != ids[: len(scores)]:
+        console.print(f"ignoring {partial}: its packets are not these runs' first packets")
+        return []
+    console.print(f"resuming after {len(scores)} of {len(sources)} packets ({partial})")
+    return scores
 
 
 def _gate(request: EngineerEvalRequest, data_root: Path, config: GateConfig) -> HeldOutGate:
@@ -126,10 +177,11 @@ def _runner(request: EngineerEvalRequest, data_root: Path) -> CanaryRunner:
     )
 
 
-def _write(path: Path | None, report: HeldOutReport) -> None:
+def _write(path: Path | None, report: HeldOutReport, key: str) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    data = {**report.to_dict(), "resume_key": key}
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
