@@ -44,11 +44,11 @@ def use_bf16(use_cpu: bool, cpu_bf16: bool, flags: frozenset[str] | None = None)
     """Mixed precision (bf16 autocast, fp32 master weights) for a run: on an accelerator where
     it supports bf16; on CPU only when asked (`cpu_bf16`: fast where the CPU has bf16
     instructions, AVX512-BF16 or AMX; see BENCHMARKS.md "Training in bf16 on CPU") and only
-    where the CPU has them (`flags`: its flags, read from /proc/cpuinfo when None): elsewhere
-    torch emulates bf16 and a matrix product took ~40x fp32's (an EPYC without AVX512,
-    session 18), so the run says so and computes in fp32. The precision is how the steps are
-    computed, not what is trained (NON_IDENTITY_SETTINGS): a run paused on one host resumes on
-    another."""
+    where the CPU has them (`flags`: its flags, read from /proc/cpuinfo when None). Elsewhere
+    torch emulates bf16: a matrix product took 55-95x fp32's on an EPYC without AVX512
+    (benchmarks/bf16_matmul.py), so the run says so and computes in fp32. The precision is how
+    the steps are computed, not what is trained (NON_IDENTITY_SETTINGS): a run paused on one
+    host resumes on another."""
     if use_cpu:
         if not cpu_bf16:
             return False
