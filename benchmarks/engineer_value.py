@@ -415,8 +415,12 @@ def heldout_task_ids(env: str) -> set[str]:
 
 
 def assert_packets_train_only(env: str, folder: Path) -> None:
+    assert_train_only(env, trajectories(folder / "packets.jsonl"))
+
+
+def assert_train_only(env: str, packets: list[dict[str, Any]]) -> None:
+    """No packet row of `env` canaries a held-out task or one outside the training split."""
     train, heldout = SPLITS[env]
-    packets = trajectories(folder / "packets.jsonl")
     canaried = {task_id for row in packets for task_id in row["task_ids"]}
     leaked = canaried & heldout_task_ids(env)
     assert not leaked, f"{env}: held-out tasks in the engineers' cold start: {sorted(leaked)[:5]}"
@@ -963,8 +967,11 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     the incumbent (graded when invalid), GRPO_ARGS' optimizer steps. Resumable on this host
     (`train grpo online`'s run key) and across sessions: with `minutes` the run pauses before
     overrunning them and its checkpoint is committed (CARRIED_GRPO, ~22 MB: adapter, optimizer,
-    scheduler, RNG), the next session's run continues from it (same SFT engineer and
-    GRPO_ARGS). The finished engineer is committed (COMMITTED_GRPO). None: paused."""
+    scheduler, RNG, and since session 18 the packets it trains on), the next session's run
+    continues from it (same SFT engineer and GRPO_ARGS) on the same packets, without stage 3.
+    The finished engineer is committed (COMMITTED_GRPO). None: paused."""
+    import shutil
+
     from harness_r1.trainer.runs import carry_checkpoint
 
     sft = sft_version(out)
@@ -974,15 +981,12 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
         if version != COMMITTED_GRPO:  # published here by an earlier run of this stage
             commit_grpo(version, sft, envs)
         return version
-    packets = out / "engineer-packets.jsonl"
-    packets.write_text(
-        "".join((out / f"{env}-engineer-coldstart" / "packets.jsonl").read_text() for env in envs)
-    )
+    carried = carried_grpo(sft, envs)
+    packets = grpo_packets(envs, out, carried)
     command = [HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
                "--adapter", str(sft), *grpo_args()]  # fmt: skip
     if minutes is not None:
         command += ["--stop-after-minutes", str(minutes)]
-    carried = carried_grpo(sft, envs)
     if carried is not None:
         command += ["--resume-from", str(carried)]
     if not run(command, log, paused_ok=True):
@@ -994,6 +998,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
 
         def note_lineage(staging: Path) -> None:
             (staging / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+            shutil.copy2(packets, staging / CARRIED_PACKETS)
 
         if TARGET_POLICY:  # not carried: the same command continues it from DIR on this host
             print(f"GRPO paused at step {paused['step']}: {checkpoint}")
@@ -1014,6 +1019,30 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
 #: group's mean reward under the env it drew, since session 17)
 GRPO_CURVE_KEYS = ("loss", "reward", "reward_std", "canary/valid_fraction", "grad_norm")
 GRPO_CURVE_PREFIXES = ("canary/reward_",)
+
+
+#: the packets a paused GRPO run trains on, carried with its checkpoint
+CARRIED_PACKETS = "packets.jsonl"
+
+
+def grpo_packets(envs: list[str], out: Path, carried: Path | None) -> Path:
+    """GRPO's packets, in DIR: those a carried run began with (it continues on the same packets,
+    and no session need regenerate the training runs, ~20 min on 2 cores, to continue it),
+    else the cold start's packets of `envs` (stage 3 first). Train-only, asserted."""
+    packets = out / "engineer-packets.jsonl"
+    kept = None if carried is None else carried / CARRIED_PACKETS
+    if kept is not None and kept.exists():
+        packets.write_bytes(kept.read_bytes())
+    else:
+        folders = [out / f"{env}-engineer-coldstart" for env in envs]
+        missing = [str(f) for f in folders if not (f / "packets.jsonl").exists()]
+        assert not missing, f"no packets for GRPO: run --stages coldstart first ({missing})"
+        packets.write_text("".join((f / "packets.jsonl").read_text() for f in folders))
+    rows = trajectories(packets)
+    for env in envs:
+        assert_train_only(env, [row for row in rows if row["env"] == env])
+    assert {row["env"] for row in rows} <= set(envs), "GRPO packets of another env"
+    return packets
 
 
 def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
