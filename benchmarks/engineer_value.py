@@ -1249,6 +1249,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         "rejected": summary["rejected"],
         "generate_seconds": summary["generate_seconds"],
         "canary_seconds": summary["canary_seconds"],
+        "target_dtype": target_dtype(),
     }
     row["mean_delta_ci"] = mean_interval(row["deltas"])
     if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
@@ -1263,6 +1264,16 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     row["heldout_after_best"] = rate(after)
     row["heldout_after_best"]["patched"] = bool(promoted)
     return row
+
+
+def target_dtype() -> str:
+    """The number format the embedded target computes in on this host ("auto": bf16 only where
+    the CPU has it natively). A row's canary deltas pair two arms of one format; rows measured
+    on hosts of different formats sit in one table, so each says its own (rows from before
+    session 18 have no field: they ran on hosts with native bf16)."""
+    from harness_r1.harness.policies.cpu import choose_dtype
+
+    return choose_dtype("auto").dtype
 
 
 def mean_interval(values: list[float], samples: int = 2000) -> list[float] | None:
@@ -1403,7 +1414,9 @@ def engineers_table(rows: dict[str, list[dict[str, Any]]]) -> str:
             held = f"{after['successes']}/{after['n']} [{after['ci'][0]:.0%}, {after['ci'][1]:.0%}]"
             if not after["patched"]:
                 held += " (nothing promoted: the incumbent)"
-            lines.append(f"| {env} | {row['engineer']} | {valid} | {delta} | {promoted} | {held} |")
+            fp32 = row.get("target_dtype") == "float32"
+            name = row["engineer"] + (" (fp32 target)" if fp32 else "")
+            lines.append(f"| {env} | {name} | {valid} | {delta} | {promoted} | {held} |")
     return "\n".join(lines)
 
 
