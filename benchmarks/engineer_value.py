@@ -967,11 +967,8 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
     the incumbent (graded when invalid), GRPO_ARGS' optimizer steps. Resumable on this host
     (`train grpo online`'s run key) and across sessions: with `minutes` the run pauses before
     overrunning them and its checkpoint is committed (CARRIED_GRPO, ~22 MB: adapter, optimizer,
-    scheduler, RNG, and since session 18 the packets it trains on), the next session's run
-    continues from it (same SFT engineer and GRPO_ARGS) on the same packets, without stage 3.
-    The finished engineer is committed (COMMITTED_GRPO). None: paused."""
-    import shutil
-
+    scheduler, RNG), the next session's run continues from it (same SFT engineer and
+    GRPO_ARGS). The finished engineer is committed (COMMITTED_GRPO). None: paused."""
     from harness_r1.trainer.runs import carry_checkpoint
 
     sft = sft_version(out)
@@ -982,7 +979,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
             commit_grpo(version, sft, envs)
         return version
     carried = carried_grpo(sft, envs)
-    packets = grpo_packets(envs, out, carried)
+    packets = grpo_packets(envs, out)
     command = [HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
                "--adapter", str(sft), *grpo_args()]  # fmt: skip
     if minutes is not None:
@@ -998,7 +995,6 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
 
         def note_lineage(staging: Path) -> None:
             (staging / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
-            shutil.copy2(packets, staging / CARRIED_PACKETS)
 
         if TARGET_POLICY:  # not carried: the same command continues it from DIR on this host
             print(f"GRPO paused at step {paused['step']}: {checkpoint}")
@@ -1021,23 +1017,16 @@ GRPO_CURVE_KEYS = ("loss", "reward", "reward_std", "canary/valid_fraction", "gra
 GRPO_CURVE_PREFIXES = ("canary/reward_",)
 
 
-#: the packets a paused GRPO run trains on, carried with its checkpoint
-CARRIED_PACKETS = "packets.jsonl"
-
-
-def grpo_packets(envs: list[str], out: Path, carried: Path | None) -> Path:
-    """GRPO's packets, in DIR: those a carried run began with (it continues on the same packets,
-    and no session need regenerate the training runs, ~20 min on 2 cores, to continue it),
-    else the cold start's packets of `envs` (stage 3 first). Train-only, asserted."""
+def grpo_packets(envs: list[str], out: Path) -> Path:
+    """GRPO's packets, in DIR: the cold start's packets of `envs` (stage 3 first: a session
+    regenerates the training runs they come from; packets hold task text, which stays in
+    ../shared, never in the repository). Train-only, asserted: no held-out task reaches a
+    GRPO group."""
     packets = out / "engineer-packets.jsonl"
-    kept = None if carried is None else carried / CARRIED_PACKETS
-    if kept is not None and kept.exists():
-        packets.write_bytes(kept.read_bytes())
-    else:
-        folders = [out / f"{env}-engineer-coldstart" for env in envs]
-        missing = [str(f) for f in folders if not (f / "packets.jsonl").exists()]
-        assert not missing, f"no packets for GRPO: run --stages coldstart first ({missing})"
-        packets.write_text("".join((f / "packets.jsonl").read_text() for f in folders))
+    folders = [out / f"{env}-engineer-coldstart" for env in envs]
+    missing = [str(f) for f in folders if not (f / "packets.jsonl").exists()]
+    assert not missing, f"no packets for GRPO: run --stages coldstart first ({missing})"
+    packets.write_text("".join((f / "packets.jsonl").read_text() for f in folders))
     rows = trajectories(packets)
     for env in envs:
         assert_train_only(env, [row for row in rows if row["env"] == env])

@@ -59,20 +59,18 @@ def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: Mod
         assert set(meta["envs"]) <= set(bench.DEFAULT_ENVS), path
 
 
-def test_a_carried_grpo_run_continues_on_its_own_train_only_packets(
-    bench: ModuleType, tmp_path: Path
-) -> None:
-    """The paused GRPO run's packets travel with its checkpoint: the next chunk reads them
-    (asserted train-only) instead of regenerating the training runs; without them or a cold
-    start there is nothing to train on, and the script says which stage comes first."""
+def test_grpo_reads_only_train_packets_of_its_envs(bench: ModuleType, tmp_path: Path) -> None:
+    """GRPO's packets are the cold start's of its envs, asserted train-only: without a cold
+    start the script says which stage comes first; a held-out task in a packet stops it."""
     with pytest.raises(AssertionError, match="--stages coldstart first"):
-        bench.grpo_packets(["webshop"], tmp_path, None)
-    lineage = bench.CARRIED_GRPO / "lineage.json"
-    if not (bench.CARRIED_GRPO / bench.CARRIED_PACKETS).exists():
-        return  # no paused run carried (or one from before packets were carried)
-    envs = json.loads(lineage.read_text())["envs"]
-    packets = bench.grpo_packets(envs, tmp_path, bench.CARRIED_GRPO)
-    assert packets.read_bytes() == (bench.CARRIED_GRPO / bench.CARRIED_PACKETS).read_bytes()
+        bench.grpo_packets(["webshop"], tmp_path)
+    heldout = sorted(bench.heldout_task_ids("webshop"))[0]
+    folder = tmp_path / "webshop-engineer-coldstart"
+    folder.mkdir()
+    row = {"env": "webshop", "task_ids": [heldout], "splits": ["fixed_train"]}
+    (folder / "packets.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(AssertionError, match="held-out tasks"):
+        bench.grpo_packets(["webshop"], tmp_path)
 
 
 #: the lean system prompt the table's model engineers read on WebShop, as its rows record it
