@@ -980,6 +980,8 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
         return version
     carried = carried_grpo(sft, envs)
     packets = grpo_packets(envs, out)
+    if carried is not None:
+        note_packet_drift(carried, packets)
     command = [HR, "train", "grpo", "online", str(packets), "--out", str(out / "engineer"),
                "--adapter", str(sft), *grpo_args()]  # fmt: skip
     if minutes is not None:
@@ -991,7 +993,7 @@ def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> 
         checkpoint = Path(paused["checkpoint"])
         record_grpo_curve(checkpoint / "trainer_state.json", out)
         lineage = {"sft_weights": weights_sha(sft), "grpo_args": grpo_args(), "envs": envs,
-                   "step": paused["step"]}  # fmt: skip
+                   "step": paused["step"], "packet_ids": packet_ids(packets)}  # fmt: skip
 
         def note_lineage(staging: Path) -> None:
             (staging / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
@@ -1022,16 +1024,34 @@ def grpo_packets(envs: list[str], out: Path) -> Path:
     regenerates the training runs they come from; packets hold task text, which stays in
     ../shared, never in the repository). Train-only, asserted: no held-out task reaches a
     GRPO group."""
-    packets = out / "engineer-packets.jsonl"
     folders = [out / f"{env}-engineer-coldstart" for env in envs]
     missing = [str(f) for f in folders if not (f / "packets.jsonl").exists()]
     assert not missing, f"no packets for GRPO: run --stages coldstart first ({missing})"
-    packets.write_text("".join((f / "packets.jsonl").read_text() for f in folders))
-    rows = trajectories(packets)
+    rows = [row for folder in folders for row in trajectories(folder / "packets.jsonl")]
     for env in envs:
         assert_train_only(env, [row for row in rows if row["env"] == env])
     assert {row["env"] for row in rows} <= set(envs), "GRPO packets of another env"
+    packets = out / "engineer-packets.jsonl"
+    packets.write_text("".join((f / "packets.jsonl").read_text() for f in folders))
     return packets
+
+
+def packet_ids(packets: Path) -> list[str]:
+    return [row["packet_id"] for row in trajectories(packets)]
+
+
+def note_packet_drift(carried: Path, packets: Path) -> None:
+    """Say so when a carried GRPO run continues on other packets than it paused on: the
+    packets are rebuilt each session from regenerated training runs (task text is not kept),
+    and a target that decodes differently on another CPU (bf16 or fp32) can fail other tasks.
+    The run continues (its lineage is the engineer's, not the packets'); the curve's reader
+    should know."""
+    before = json.loads((carried / "lineage.json").read_text()).get("packet_ids")
+    now = packet_ids(packets)
+    if before is not None and before != now:
+        kept = len(set(before) & set(now))
+        print(f"GRPO continues on other packets than it paused on: {kept} of {len(now)} the "
+              f"same (paused on {len(before)})")  # fmt: skip
 
 
 def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
@@ -1238,7 +1258,7 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         "rejected": summary["rejected"],
         "generate_seconds": summary["generate_seconds"],
         "canary_seconds": summary["canary_seconds"],
-        "target_dtype": target_dtype(),
+        "target_dtype": report.get("target_dtype") or target_dtype(),
     }
     row["mean_delta_ci"] = mean_interval(row["deltas"])
     if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
@@ -1257,9 +1277,10 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
 
 def target_dtype() -> str:
     """The number format the embedded target computes in on this host ("auto": bf16 only where
-    the CPU has it natively). A row's canary deltas pair two arms of one format; rows measured
-    on hosts of different formats sit in one table, so each says its own (rows from before
-    session 18 have no field: they ran on hosts with native bf16)."""
+    the CPU has it natively), for a report that does not say its own. A row's canary deltas
+    pair two arms of one format; rows measured on hosts of different formats sit in one table,
+    so each says its own (rows from before session 18 have no field: they ran on hosts with
+    native bf16)."""
     from harness_r1.harness.policies.cpu import choose_dtype
 
     return choose_dtype("auto").dtype

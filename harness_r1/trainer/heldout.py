@@ -392,7 +392,8 @@ def evaluate_engineer(
 
     `done`: the scores of the first sources from an interrupted evaluation of the same
     engineer and config; they are kept and those sources skipped. Sampling is seeded per
-    packet index, so the resumed report is the one an uninterrupted run writes."""
+    packet index, so the resumed report's proposals, deltas and verdicts are those of an
+    uninterrupted run (its timings are each packet's own run's)."""
     config = config or HeldOutConfig()
     expected = [source.packet.packet_id for source in sources[: len(done)]]
     if [score.packet_id for score in done] != expected:

@@ -45,7 +45,7 @@ def use_bf16(use_cpu: bool, cpu_bf16: bool, flags: frozenset[str] | None = None)
     it supports bf16; on CPU only when asked (`cpu_bf16`: fast where the CPU has bf16
     instructions, AVX512-BF16 or AMX; see BENCHMARKS.md "Training in bf16 on CPU") and only
     where the CPU has them (`flags`: its flags, read from /proc/cpuinfo when None). Elsewhere
-    torch emulates bf16: a matrix product took 55-95x fp32's on an EPYC without AVX512
+    torch emulates bf16: a matrix product took ~60x fp32's on an EPYC without AVX512
     (benchmarks/bf16_matmul.py), so the run says so and computes in fp32. The precision is how
     the steps are computed, not what is trained (NON_IDENTITY_SETTINGS): a run paused on one
     host resumes on another."""

@@ -221,8 +221,13 @@ def test_engineer_evaluate_scores_the_template_teacher_for_validity_without_epis
     # the progress of another request (two templates a patch) is not taken
     partial.write_text(json.dumps(marked))
     other = runner.invoke(app, [*evaluate, *options, "--teacher", "2"])
-    assert other.exit_code == 0 and "ignoring" in other.output
+    assert other.exit_code == 0 and "the progress of another request" in other.output
     assert json.loads(report.read_text())["packets"][0]["generate_seconds"] != 12345.0
+    # a progress file that cannot be read is set aside with its reason, the run starts over
+    partial.write_text('{"resume_key": ')
+    broken = runner.invoke(app, [*evaluate, *options, "--teacher", "2"])
+    assert broken.exit_code == 0 and "unreadable (JSONDecodeError" in broken.output
+    assert json.loads(report.read_text())["summary"]["packets"] == 2
 
 
 def test_engineer_propose_with_the_template_teacher(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.consumers.packets import read_trajectories
 from harness_r1.envs import get_suite
+from harness_r1.harness.policies.cpu import choose_dtype
 from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner
 from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.sandbox.gate import GateConfig
@@ -86,14 +87,16 @@ def run_engineer_eval(
         else TemplateWriter(TeacherConfig(max_templates=request.teacher_templates))
     )
     name = engineer.name if isinstance(engineer, PatchWriter) else engineer.model_id
-    key = resume_key(request)
     partial = None if request.out is None else request.out.with_suffix(".partial.json")
+    key = "" if partial is None else resume_key(request)
     scored = _finished(partial, key, sources, console)
     done = tuple(scored)
+    dtype = target_dtype(request)
 
     def progress(score: PacketScore) -> None:
         scored.append(score)  # the report so far is on disk (.partial) after every packet
-        _write(partial, HeldOutReport(name, request.heldout, scored, gate is not None), key)
+        report = HeldOutReport(name, request.heldout, scored, gate is not None)
+        _write(partial, report, key, dtype)
         console.print(
             f"packet {score.packet_id[:12]}: {score.valid}/{score.proposals} valid, "
             f"deltas {score.deltas}, {score.generated_tokens} tokens in "
@@ -117,41 +120,78 @@ def run_engineer_eval(
         close = getattr(engineer, "close", None)
         if callable(close):
             close()
-    _write(request.out, report, key)
+    _write(request.out, report, key, dtype)
     if partial is not None:  # the whole report is written: the progress copy has served
         partial.unlink(missing_ok=True)
     return report
 
 
+#: the progress file's format: bump it when what a packet's score holds, or how it is
+#: computed, changes, so that no progress of the old code is resumed by the new
+PROGRESS_FORMAT = 1
+
+
+def target_dtype(request: EngineerEvalRequest) -> str:
+    """The number format the embedded target computes in on this host ("auto" resolved): a
+    report says it, as canary deltas of one format are not another's."""
+    return choose_dtype(request.target.dtype).dtype
+
+
 def resume_key(request: EngineerEvalRequest) -> str:
     """SHA-256 of what an evaluation's numbers depend on: the request (engineer, sampling,
-    gate, target, sizes) and the bytes it reads (the runs, the incumbent chain, the adapter's
-    weights and config). A progress file resumes only a request with the same key."""
-    digest = hashlib.sha256(repr(replace(request, out=None)).encode())
-    adapter = request.engineer.adapter
-    weights = (
-        []
-        if adapter is None
-        else [adapter / "adapter_model.safetensors", adapter / "adapter_config.json"]
+    gate, target, sizes; not the API key, timeouts, threads or caches), the target's number
+    format on this host, PROGRESS_FORMAT, and the bytes it reads (the runs, the incumbent
+    chain, every file of a local adapter, engineer checkpoint or target checkpoint). A
+    progress file resumes only a request with the same key. A remote engineer or target (an
+    OpenAI-compatible server) is known by its URL and model name only: a server that now
+    serves other weights under that name is not noticed."""
+    engineer = replace(request.engineer, api_key=None, timeout_s=0.0, threads=None, cache_dir=None)
+    identity = replace(
+        request, out=None, engineer=engineer, target=replace(request.target, cache_dir=None)
     )
-    for path in [*request.runs, *request.on, *weights]:
+    digest = hashlib.sha256(f"{PROGRESS_FORMAT}|{target_dtype(request)}|{identity!r}".encode())
+    for path in [*request.runs, *request.on, *_local_model_files(request)]:
         digest.update(str(path).encode())
         digest.update(path.read_bytes() if path.is_file() else b"<absent>")
     return digest.hexdigest()
+
+
+def _local_model_files(request: EngineerEvalRequest) -> list[Path]:
+    """Every file of the adapter, engineer and target that is a local path, sorted."""
+    named = [
+        request.engineer.adapter,
+        request.engineer.kind,
+        request.engineer.model,
+        request.target.kind,
+        request.target.model,
+    ]
+    files: list[Path] = []
+    for name in named:
+        path = None if name is None else Path(name)
+        if path is not None and path.is_dir():
+            files += sorted(f for f in path.rglob("*") if f.is_file())
+        elif path is not None and path.is_file():
+            files.append(path)
+    return files
 
 
 def _finished(
     partial: Path | None, key: str, sources: list[PacketSource], console: Console
 ) -> list[PacketScore]:
     """The finished packets of an interrupted evaluation of this same request (none when
-    there is no progress file, or it belongs to another request or other packets)."""
+    there is no progress file, or it belongs to another request or other packets, or cannot
+    be read: the evaluation then starts over and says why)."""
     if partial is None or not partial.exists():
         return []
-    data = json.loads(partial.read_text(encoding="utf-8"))
-    if data.get("resume_key") != key:
-        console.print(f"ignoring {partial}: the progress of another request")
+    try:
+        data = json.loads(partial.read_text(encoding="utf-8"))
+        if data.get("resume_key") != key:
+            console.print(f"ignoring {partial}: the progress of another request")
+            return []
+        scores = [PacketScore.from_dict(packet) for packet in data["packets"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        console.print(f"ignoring {partial}: unreadable ({type(err).__name__}: {err})")
         return []
-    scores = [PacketScore.from_dict(packet) for packet in data["packets"]]
     ids = [source.packet.packet_id for source in sources]
     if [score.packet_id for score in scores] != ids[: len(scores)]:
         console.print(f"ignoring {partial}: its packets are not these runs' first packets")
@@ -177,11 +217,11 @@ def _runner(request: EngineerEvalRequest, data_root: Path) -> CanaryRunner:
     )
 
 
-def _write(path: Path | None, report: HeldOutReport, key: str) -> None:
+def _write(path: Path | None, report: HeldOutReport, key: str, dtype: str) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    data = {**report.to_dict(), "resume_key": key}
+    data = {**report.to_dict(), "target_dtype": dtype, "resume_key": key}
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
