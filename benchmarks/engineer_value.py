@@ -1202,14 +1202,12 @@ def engineer_prompt_sha(env: str, args: list[str]) -> str | None:
     write included); None for the template teacher, which reads no prompt."""
     import hashlib
 
-    from harness_r1.contracts import HookName
-    from harness_r1.trainer.prompt import PromptConfig, system_prompt
+    from harness_r1.trainer.prompt import PromptConfig, hooks_without, system_prompt
 
     if "--teacher" in args:
         return None
-    removed = args[args.index("--without-hook") + 1] if "--without-hook" in args else None
-    hooks = tuple(h for h in HookName if str(h) != removed)
-    text = system_prompt(env, config=PromptConfig(lean=True, hooks=hooks))
+    removed = [args[i + 1] for i, arg in enumerate(args) if arg == "--without-hook"]
+    text = system_prompt(env, config=PromptConfig(lean=True, hooks=hooks_without(removed)))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -99,7 +99,7 @@ def engineer_evaluate(
     from harness_r1.sandbox.gate import GateConfig
     from harness_r1.trainer.engineer import EngineerSpec
     from harness_r1.trainer.heldout import HeldOutConfig
-    from harness_r1.trainer.prompt import PromptConfig
+    from harness_r1.trainer.prompt import PromptConfig, hooks_without
 
     settings = cli_settings()
     request = EngineerEvalRequest(
@@ -115,7 +115,7 @@ def engineer_evaluate(
             max_new_tokens=max_new_tokens,
             prompt=PromptConfig(
                 lean=lean_prompt,
-                hooks=tuple(h for h in HookName if h not in set(without_hook or [])),
+                hooks=hooks_without(without_hook or []),
             ),
             canary=not validity_only,
         ),

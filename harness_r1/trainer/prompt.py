@@ -157,6 +157,13 @@ class PromptConfig:
     hooks: tuple[HookName, ...] = tuple(HookName)
 
 
+def hooks_without(removed: Sequence[str] = ()) -> tuple[HookName, ...]:
+    """The hooks an engineer may write when `removed` are barred (issue 20's hook ablation),
+    in HookName's order: PromptConfig.hooks, the same for the CLI and the benchmark."""
+    barred = {str(hook) for hook in removed}
+    return tuple(hook for hook in HookName if str(hook) not in barred)
+
+
 # -- the output format ----------------------------------------------------------------------
 
 #: The answer's shape as the system prompt shows it, a line each.
