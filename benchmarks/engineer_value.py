@@ -181,11 +181,22 @@ def target_runs(
     env: str, split: str, limit: int, seed: int, extra: list[str], path: Path, log: Path
 ) -> Path:
     """The frozen target's runs (`harness-r1 eval`, TARGET settings, `extra` e.g. `--on`) into
-    `path`, unless they are there already."""
-    if not path.exists():
+    `path`, unless they are there already, all of them: `eval` writes each episode as it ends,
+    so a stopped run leaves a short file (even an empty one), which runs again."""
+    if not path.exists() or len(trajectories(path)) < episodes_of(env, split, limit):
         run([HR, "eval", "--env", env, "--split", split, "--limit", str(limit), "--seed",
              str(seed), *TARGET, *TARGET_POLICY, *extra, "--out", str(path)], log)  # fmt: skip
     return path
+
+
+def episodes_of(env: str, split: str, limit: int) -> int:
+    """How many episodes `eval --limit` runs on the split: `limit`, or all of a smaller split."""
+    from harness_r1.envs import get_suite
+    from harness_r1.envs.data import default_data_root
+
+    root = default_data_root()
+    assert root is not None, "no data root (../shared/benchmarks)"
+    return min(limit, len(get_suite(env).load_tasks(root, split)))
 
 
 def heldout_target_runs(env: str, extra: list[str], path: Path, log: Path) -> Path:

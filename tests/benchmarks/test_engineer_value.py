@@ -190,3 +190,22 @@ def test_the_target_policy_reaches_every_target_run(
         bench.use_target_policy(None)
     assert commands[0][-4:-2] == ["--policy", "gemma3"]
     assert commands[1][-6:-2] == ["--policy", "gemma3", "--policy", "other"]  # the last wins
+
+
+def test_a_stopped_target_run_runs_again(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`eval` writes each episode as it ends: a run stopped mid-way leaves a short (or empty)
+    file, which is no result (session 18 found an empty held-out file taken as done)."""
+    commands: list[list[str]] = []
+    monkeypatch.setattr(bench, "run", lambda command, log, **_: commands.append(command))
+    path = tmp_path / "dbbench-heldout.jsonl"
+    path.write_text("")
+    bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
+    assert len(commands) == 1 and commands[0][-1] == str(path)
+    path.write_text('{"trajectory_id": "a"}\n')
+    bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
+    assert len(commands) == 2  # one of two: still short
+    path.write_text('{"trajectory_id": "a"}\n{"trajectory_id": "b"}\n')
+    bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
+    assert len(commands) == 2  # complete: kept
