@@ -44,6 +44,7 @@ from harness_r1.trainer.heldout import (
     PacketScore,
     evaluate_engineer,
 )
+from harness_r1.trainer.model_io import file_sha256
 from harness_r1.trainer.teacher import TeacherConfig
 from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
@@ -152,7 +153,7 @@ def resume_key(request: EngineerEvalRequest) -> str:
     digest = hashlib.sha256(f"{PROGRESS_FORMAT}|{target_dtype(request)}|{identity!r}".encode())
     for path in [*request.runs, *request.on, *_local_model_files(request)]:
         digest.update(str(path).encode())
-        digest.update(path.read_bytes() if path.is_file() else b"<absent>")
+        digest.update(file_sha256(path).encode() if path.is_file() else b"<absent>")
     return digest.hexdigest()
 
 
