@@ -15,10 +15,13 @@ baseline episodes). Numbers per version:
   failures;
 - promoted fraction (with a `HeldOutGate`): proposals the promotion gate (`sandbox.gate.decide`)
   promotes, over all proposals but infrastructure failures: a candidate that gained on its
-  packet's batch is also run on a guard batch (every other held-out task and seed of the runs,
+  packet's batch is also judged on a guard (every other held-out task and seed of the runs,
   under the same incumbent) and promoted only without a significant regression there, as the
   daemon promotes; the promoted patch is kept in its sample (`patch`), so the held-out success
-  after an engineer's best promoted patch can be measured;
+  after an engineer's best promoted patch can be measured. The guard's episodes are run once
+  per patch over the whole pool and each packet reads its own guard from them (the pool without
+  its own tasks): a trained engineer proposes one patch for many packets, and each used to pay
+  its own guard run (2,032 s of a 2,594 s WebShop row, BENCHMARKS.md);
 - cost: proposals, generated tokens, generation seconds and tokens/s, candidate episodes and
   canary seconds (baseline episodes and seconds apart: they are paid once per packet and
   shared across versions through the baseline cache).
@@ -48,7 +51,7 @@ import structlog
 
 from harness_r1.contracts import CanaryReport, CandidateResult
 from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent, composed_overlay
-from harness_r1.sandbox.gate import GateConfig, decide
+from harness_r1.sandbox.gate import GateConfig, PairedOutcome, decide
 from harness_r1.sandbox.gated import Evaluator, pairs_of
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.trainer.coldstart_sources import PacketSource
@@ -221,20 +224,74 @@ class HeldOutGate:
 
     pool: CanaryBatch
     config: GateConfig = field(default_factory=GateConfig)
+    #: each patch's result over the whole pool, by (patch, incumbent): run once per evaluation
+    _on_pool: dict[str, CandidateResult] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        keys = [(t.task_id, s) for t, s in zip(self.pool.tasks, self.pool.seeds, strict=True)]
+        if len(set(keys)) != len(keys):  # a guard pair names its task by (task_id, seed) only
+            raise ValueError("the held-out pool repeats a (task_id, seed)")
 
     def guard_for(self, source: PacketSource) -> CanaryBatch | None:
-        own = {
-            (task.split, task.task_id, seed)
-            for task, seed in zip(source.tasks, source.seeds, strict=True)
-        }
+        own = _own(source)
         rest = [
             (task, seed)
             for task, seed in zip(self.pool.tasks, self.pool.seeds, strict=True)
-            if (task.split, task.task_id, seed) not in own
+            if (task.task_id, seed) not in own
         ]
         if not rest:
             return None
         return CanaryBatch(self.pool.env, tuple(t for t, _ in rest), tuple(s for _, s in rest))
+
+    def guard_pairs(
+        self,
+        source: PacketSource,
+        candidates: Sequence[Candidate],
+        runner: Evaluator,
+    ) -> tuple[dict[str, list[PairedOutcome]], int]:
+        """Each candidate's guard pairs (its results on the pool without the packet's own
+        tasks) and the episodes run for them: a patch not judged on the pool yet in this
+        evaluation runs there (every candidate that needs it in one canary call, the pool's
+        baseline from the runner's cache after its first run); one already judged is read
+        back. A candidate the pool run did not evaluate (infra error, budget) has no pairs.
+        Raises what the runner raises."""
+        keys = {c.candidate_id: _pool_key(c, source.incumbent) for c in candidates}
+        missing: dict[str, Candidate] = {}
+        for candidate in candidates:
+            if keys[candidate.candidate_id] not in self._on_pool:
+                missing.setdefault(keys[candidate.candidate_id], candidate)
+        episodes = 0
+        if missing:
+            report = runner.evaluate(self.pool, list(missing.values()), source.incumbent)
+            episodes = report.baseline_cost.episodes + sum(
+                r.cost.episodes for r in report.candidates
+            )
+            by_id = {r.candidate_id: r for r in report.candidates}
+            for key, candidate in missing.items():
+                result = by_id[candidate.candidate_id]
+                if result.status == "evaluated":
+                    self._on_pool[key] = result
+        own = _own(source)
+        pairs = {
+            candidate_id: [
+                p for p in pairs_of(self._on_pool[key]) if (p.task_id, p.seed) not in own
+            ]
+            for candidate_id, key in keys.items()
+            if key in self._on_pool
+        }
+        return pairs, episodes
+
+
+def _own(source: PacketSource) -> set[tuple[str, int]]:
+    return {(task.task_id, seed) for task, seed in zip(source.tasks, source.seeds, strict=True)}
+
+
+def _pool_key(candidate: Candidate, incumbent: Incumbent) -> str:
+    """The same patch on the same incumbent runs the same composed overlay."""
+    patch = candidate.patch.sha256() if candidate.patch is not None else "none"
+    return "|".join([patch, *incumbent.identity])
 
 
 def score_packet(
@@ -311,34 +368,26 @@ def _gate(
     runner: Evaluator,
     gate: HeldOutGate,
 ) -> None:
-    """The gate's verdict on every evaluated proposal; the guard batch runs only for those
+    """The gate's verdict on every evaluated proposal; the guard is looked at only for those
     that gained on their batch (the gate rejects the rest before looking at a guard)."""
     evaluated = [
         r for r in report.candidates if r.status == "evaluated" and r.delta_success is not None
     ]
     gaining = {r.candidate_id for r in evaluated if (r.delta_success or 0.0) > 0}
-    guard_batch = gate.guard_for(source) if gaining else None
-    guard: dict[str, CandidateResult] = {}
-    if guard_batch is not None:
+    guard: dict[str, list[PairedOutcome]] = {}
+    if gaining and gate.guard_for(source) is not None:
         started = time.perf_counter()
         try:
-            guarded = runner.evaluate(
-                guard_batch, [c for c in candidates if c.candidate_id in gaining], source.incumbent
+            guard, score.guard_episodes = gate.guard_pairs(
+                source, [c for c in candidates if c.candidate_id in gaining], runner
             )
         except Exception as err:  # noqa: BLE001 - infrastructure: no promotion, go on
             log.warning("held-out guard failed", packet_id=source.packet.packet_id, error=str(err))
-        else:
-            guard = {r.candidate_id: r for r in guarded.candidates if r.status == "evaluated"}
-            score.guard_episodes = guarded.baseline_cost.episodes + sum(
-                r.cost.episodes for r in guarded.candidates
-            )
         score.guard_seconds = time.perf_counter() - started
     patches = {c.candidate_id: c.patch for c in candidates}
     samples = {f"p{sample['index']}": sample for sample in score.samples}
     for result in evaluated:
-        guard_result = guard.get(result.candidate_id)
-        guard_pairs = pairs_of(guard_result) if guard_result is not None else None
-        decision = decide(pairs_of(result), guard_pairs, gate.config)
+        decision = decide(pairs_of(result), guard.get(result.candidate_id), gate.config)
         score.verdicts[decision.verdict] += 1
         sample = samples[result.candidate_id]
         sample.update(delta=result.delta_success, verdict=decision.verdict)

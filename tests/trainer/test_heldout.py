@@ -229,11 +229,10 @@ def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
 ) -> None:
     """Packets of 4 from 8 runs: each packet's guard is the other packet's 4 tasks. The shopper
     gains on the batch and on the guard (promoted, its patch kept); a hook that does nothing
-    has delta 0 (rejected, no guard run for it); with a guard minimum above the 4 tasks the
-    shopper is inconclusive, not promoted. Trajectory ids follow run order, so a packet's
-    canary batch (its runs sorted by id) is in pool order and the second packet's guard is
-    exactly the first packet's canary batch: its baseline comes from the cache (random ids
-    made that hit depend on how 4 uuids happened to sort, 1 run in 24)."""
+    has delta 0 (rejected, no guard run for it); with a guard minimum of 5 the shopper is
+    inconclusive, not promoted: its guard holds the other packet's 4 tasks only, though it ran
+    on the whole pool of 8. The guard runs once per patch over the pool: the first packet pays
+    the pool's baseline and the shopper's 8 episodes, the second reads its guard back."""
     root = Settings().data_root()
     run = _runtime(root)
     tasks = spread(get_suite("webshop").load_tasks(root, "fixed"), 8)
@@ -262,7 +261,7 @@ def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
         cache=BaselineCache(tmp_path / "baselines"),
     )
     small = GateConfig(min_batch_tasks=4, min_guard_tasks=4)
-    strict = GateConfig(min_batch_tasks=4, min_guard_tasks=20)
+    strict = GateConfig(min_batch_tasks=4, min_guard_tasks=5)
     try:
         gated = evaluate_engineer(
             sources,
@@ -289,8 +288,8 @@ def test_the_gate_promotes_a_gain_without_guard_regression_and_keeps_its_patch(
         assert shopper_sample["verdict"] == "promote" and shopper_sample["delta"] > 0
         assert Patch.model_validate(shopper_sample["patch"]).hooks == shopper.hooks
         assert idle_sample["verdict"] == "reject" and "patch" not in idle_sample
-    # the guard ran the other packet's 4 tasks: the first packet's guard its baseline and the
-    # shopper; the second's the shopper only (its baseline is the first packet's canary's)
-    assert [p.guard_episodes for p in gated.packets] == [4 + 4, 4]
+    # the first packet's guard ran the pool (8 tasks) for its baseline and the shopper; the
+    # second packet's shopper proposal is the same patch: read back, no episode
+    assert [p.guard_episodes for p in gated.packets] == [8 + 8, 0]
     assert too_small.summary()["verdicts"] == {"inconclusive": 1, "reject": 1}
     assert too_small.summary()["promoted"] == 0

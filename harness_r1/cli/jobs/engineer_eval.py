@@ -128,8 +128,9 @@ def run_engineer_eval(
 
 
 #: the progress file's format: bump it when what a packet's score holds, or how it is
-#: computed, changes, so that no progress of the old code is resumed by the new
-PROGRESS_FORMAT = 1
+#: computed, changes, so that no progress of the old code is resumed by the new (2: the guard
+#: runs once per patch over the held-out pool, `HeldOutGate.guard_pairs`)
+PROGRESS_FORMAT = 2
 
 
 def target_dtype(request: EngineerEvalRequest) -> str:
