@@ -44,7 +44,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -224,8 +224,9 @@ class HeldOutGate:
 
     pool: CanaryBatch
     config: GateConfig = field(default_factory=GateConfig)
-    #: each patch's result over the whole pool, by (patch, incumbent): run once per evaluation
-    _on_pool: dict[str, CandidateResult] = field(
+    #: each patch's result over the whole pool, by (patch, incumbent); `evaluate_engineer` runs
+    #: on a fresh copy, so one evaluation's runs never answer another's (another target/config)
+    _on_pool: dict[tuple[str, ...], CandidateResult] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -252,13 +253,15 @@ class HeldOutGate:
         runner: Evaluator,
     ) -> tuple[dict[str, list[PairedOutcome]], int]:
         """Each candidate's guard pairs (its results on the pool without the packet's own
-        tasks) and the episodes run for them: a patch not judged on the pool yet in this
-        evaluation runs there (every candidate that needs it in one canary call, the pool's
-        baseline from the runner's cache after its first run); one already judged is read
-        back. A candidate the pool run did not evaluate (infra error, budget) has no pairs.
-        Raises what the runner raises."""
+        tasks) and the episodes run for them: a patch not judged on the pool yet runs there
+        (every candidate that needs it in one canary call, the pool's baseline from the
+        runner's cache after its first run); one already judged is read back. A candidate the
+        pool run did not evaluate has no pairs (no promotion): an invalid result (over its hook
+        budget) is kept, an infrastructure error is run again by the next packet that proposes
+        it. Since the pool holds the packet's own tasks, an episode that keeps failing there
+        takes the guard from every packet, its own included. Raises what the runner raises."""
         keys = {c.candidate_id: _pool_key(c, source.incumbent) for c in candidates}
-        missing: dict[str, Candidate] = {}
+        missing: dict[tuple[str, ...], Candidate] = {}
         for candidate in candidates:
             if keys[candidate.candidate_id] not in self._on_pool:
                 missing.setdefault(keys[candidate.candidate_id], candidate)
@@ -270,16 +273,15 @@ class HeldOutGate:
             )
             by_id = {r.candidate_id: r for r in report.candidates}
             for key, candidate in missing.items():
-                result = by_id[candidate.candidate_id]
-                if result.status == "evaluated":
+                result = by_id.get(candidate.candidate_id)
+                if result is not None and result.status != "infra_error":
                     self._on_pool[key] = result
         own = _own(source)
+        judged = {key: r for key, r in self._on_pool.items() if r.status == "evaluated"}
         pairs = {
-            candidate_id: [
-                p for p in pairs_of(self._on_pool[key]) if (p.task_id, p.seed) not in own
-            ]
+            candidate_id: [p for p in pairs_of(judged[key]) if (p.task_id, p.seed) not in own]
             for candidate_id, key in keys.items()
-            if key in self._on_pool
+            if key in judged
         }
         return pairs, episodes
 
@@ -288,10 +290,10 @@ def _own(source: PacketSource) -> set[tuple[str, int]]:
     return {(task.task_id, seed) for task, seed in zip(source.tasks, source.seeds, strict=True)}
 
 
-def _pool_key(candidate: Candidate, incumbent: Incumbent) -> str:
+def _pool_key(candidate: Candidate, incumbent: Incumbent) -> tuple[str, ...]:
     """The same patch on the same incumbent runs the same composed overlay."""
     patch = candidate.patch.sha256() if candidate.patch is not None else "none"
-    return "|".join([patch, *incumbent.identity])
+    return (patch, *incumbent.identity)
 
 
 def score_packet(
@@ -441,9 +443,13 @@ def evaluate_engineer(
 
     `done`: the scores of the first sources from an interrupted evaluation of the same
     engineer and config; they are kept and those sources skipped. Sampling is seeded per
-    packet index, so the resumed report's proposals, deltas and verdicts are those of an
-    uninterrupted run (its timings are each packet's own run's)."""
+    packet index, so the resumed report's proposals and deltas are those of an uninterrupted
+    run (its timings are each packet's own run's); the guard's runs over the pool are not
+    kept, so the first packets after a resume run their patches on the pool again (more guard
+    episodes than an uninterrupted run; with a bf16 target, whose outcomes can move with what
+    shares a lockstep batch, a verdict can differ from that run's)."""
     config = config or HeldOutConfig()
+    gate = None if gate is None else replace(gate)  # its own guard memo (`HeldOutGate`)
     expected = [source.packet.packet_id for source in sources[: len(done)]]
     if [score.packet_id for score in done] != expected:
         raise ValueError("the finished scores are not the first packets of these sources")

@@ -35,6 +35,8 @@ def _task(i: int) -> TaskSpec:
 
 
 POOL = CanaryBatch("webshop", tuple(_task(i) for i in range(6)), tuple(range(6)))
+#: one task at two seeds beside another: a guard keeps (task, seed) pairs, not tasks
+SEEDED = CanaryBatch("webshop", (_task(0), _task(0), _task(1)), (0, 1, 0))
 
 
 def _patch(code: str) -> Patch:
@@ -46,18 +48,21 @@ OTHER = _patch("def hook(ctx, state):\n    return 1\n")
 
 
 class RecordingEvaluator:
-    """Test double: records each call's tasks and candidates; every candidate is evaluated,
-    patched success on even task numbers, base success never; `fail` makes a candidate an
-    infra error."""
+    """Test double: records each call's tasks, candidates and incumbent; every candidate is
+    evaluated, patched success on even task numbers, base success never; `fail` makes a
+    candidate an infra error, `over_budget` an invalid one."""
 
-    def __init__(self, fail: Sequence[str] = ()) -> None:
+    def __init__(self, fail: Sequence[str] = (), over_budget: Sequence[str] = ()) -> None:
         self.calls: list[tuple[list[str], list[str]]] = []
+        self.incumbents: list[list[str]] = []
         self.fail = set(fail)
+        self.over_budget = set(over_budget)
 
     def evaluate(
         self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
     ) -> CanaryReport:
         self.calls.append(([t.task_id for t in batch.tasks], [c.candidate_id for c in candidates]))
+        self.incumbents.append(incumbent.identity)
         results = [self._result(batch, c) for c in candidates]
         return CanaryReport(
             batch_id=batch.batch_id,
@@ -74,6 +79,14 @@ class RecordingEvaluator:
         if candidate.candidate_id in self.fail:
             return CandidateResult(
                 candidate_id=candidate.candidate_id, patch_sha256=None, status="infra_error"
+            )
+        if candidate.candidate_id in self.over_budget:
+            return CandidateResult(
+                candidate_id=candidate.candidate_id,
+                patch_sha256=None,
+                status="invalid",
+                invalid_reason="hook_budget: over",
+                cost=CandidateCost(episodes=len(batch.tasks)),
             )
         pairs = [
             PairedTask(
@@ -95,10 +108,10 @@ class RecordingEvaluator:
         )
 
 
-def _source(first: int) -> Any:
-    """A packet of two pool tasks (what `guard_pairs` reads of a PacketSource)."""
-    tasks = POOL.tasks[first : first + 2]
-    return SimpleNamespace(tasks=tasks, seeds=POOL.seeds[first : first + 2], incumbent=BASE)
+def _source(first: int, pool: CanaryBatch = POOL, size: int = 2) -> Any:
+    """A packet of `size` pool tasks (what `guard_pairs` reads of a PacketSource)."""
+    tasks, seeds = pool.tasks[first : first + size], pool.seeds[first : first + size]
+    return SimpleNamespace(tasks=tasks, seeds=seeds, incumbent=BASE)
 
 
 def test_a_patch_runs_once_on_the_pool_and_each_packet_keeps_the_other_tasks() -> None:
@@ -145,6 +158,24 @@ def test_the_same_patch_on_another_incumbent_is_another_run() -> None:
     gate.guard_pairs(source, [Candidate("p0", SAME)], runner)
     gate.guard_pairs(source, [Candidate("p0", SAME)], runner)
     assert len(runner.calls) == 2
+    assert runner.incumbents == [["base"], source.incumbent.identity]
+
+
+def test_a_packet_leaves_out_its_own_seed_of_a_task_not_the_task() -> None:
+    gate = HeldOutGate(SEEDED)
+    pairs, _ = gate.guard_pairs(
+        _source(0, SEEDED, size=1), [Candidate("p0", SAME)], RecordingEvaluator()
+    )
+    assert [(p.task_id, p.seed) for p in pairs["p0"]] == [("t0", 1), ("t1", 0)]
+
+
+def test_a_patch_over_its_budget_on_the_pool_is_not_run_again() -> None:
+    gate = HeldOutGate(POOL)
+    runner = RecordingEvaluator(over_budget=["p0"])
+    for first in (0, 2):
+        pairs, _ = gate.guard_pairs(_source(first), [Candidate("p0", SAME)], runner)
+        assert pairs == {}  # no guard: not promoted
+    assert len(runner.calls) == 1
 
 
 def test_a_pool_that_repeats_a_task_and_seed_is_refused() -> None:
