@@ -260,6 +260,10 @@ class HeldOutGate:
         budget) is kept, an infrastructure error is run again by the next packet that proposes
         it. Since the pool holds the packet's own tasks, an episode that keeps failing there
         takes the guard from every packet, its own included. Raises what the runner raises."""
+        guard = self.guard_for(source)  # the one definition of a packet's guard tasks
+        if guard is None:
+            return {}, 0
+        kept = set(zip((t.task_id for t in guard.tasks), guard.seeds, strict=True))
         keys = {c.candidate_id: _pool_key(c, source.incumbent) for c in candidates}
         missing: dict[tuple[str, ...], Candidate] = {}
         for candidate in candidates:
@@ -276,10 +280,9 @@ class HeldOutGate:
                 result = by_id.get(candidate.candidate_id)
                 if result is not None and result.status != "infra_error":
                     self._on_pool[key] = result
-        own = _own(source)
         judged = {key: r for key, r in self._on_pool.items() if r.status == "evaluated"}
         pairs = {
-            candidate_id: [p for p in pairs_of(judged[key]) if (p.task_id, p.seed) not in own]
+            candidate_id: [p for p in pairs_of(judged[key]) if (p.task_id, p.seed) in kept]
             for candidate_id, key in keys.items()
             if key in judged
         }
