@@ -32,6 +32,7 @@ interrupted run from its last checkpoint.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections import Counter
@@ -53,8 +54,10 @@ from harness_r1.trainer.model_io import (
 )
 from harness_r1.trainer.replay import ReplayGroup, ReplayRollout, replay_key, replay_reward
 from harness_r1.trainer.runs import (
+    RUN_RECORD,
     adapter_identity,
     check_common,
+    checkpoint_step,
     finish_run,
     identity_settings,
     later_checkpoint,
@@ -261,7 +264,10 @@ def grpo_config(settings: GrpoSettings, run_dir: Path, max_steps: int) -> Any:
 
 
 class _Recorder:
-    """Wraps a reward function: records what it returns and which packets it scored."""
+    """Wraps a reward function: records what it returns and which packets it scored, over the
+    whole run: its record is saved into every checkpoint (`RUN_RECORD`) and taken back on
+    resume, so a run paused and continued (on this host or another) publishes the metadata of
+    all its steps, not only of its last invocation."""
 
     def __init__(self, func: RewardFunc, k: int) -> None:
         self.func = func
@@ -269,6 +275,8 @@ class _Recorder:
         self.rewards: list[float | None] = []
         self.calls = 0
         self.packets: Counter[str] = Counter()
+        self.earlier_counts: Counter[str] = Counter()  # the reward's tallies before a resume
+        self.since_step = 0  # the first step recorded: > 0 after a resume without a record
         self.__name__ = getattr(func, "__name__", type(func).__name__)
 
     def __call__(
@@ -288,6 +296,60 @@ class _Recorder:
     def mean(self) -> float | None:
         scored = [r for r in self.rewards if r is not None and not math.isnan(r)]
         return sum(scored) / len(scored) if scored else None
+
+    def reward_counts(self) -> dict[str, int]:
+        """The reward function's tallies over the whole run."""
+        total = self.earlier_counts + Counter(reward_counts(self.func))
+        return dict(sorted(total.items()))
+
+    def save(self, checkpoint: Path) -> None:
+        record = {
+            "since_step": self.since_step,
+            "rewards": [None if r is None or math.isnan(r) else r for r in self.rewards],
+            "calls": self.calls,
+            "packets": dict(self.packets),
+            "reward_counts": self.reward_counts(),
+        }
+        (checkpoint / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+
+    def resume(self, checkpoint: Path | None) -> None:
+        """Take back what the run recorded up to `checkpoint`; without a record (a checkpoint
+        saved before records were kept) start recording at its step."""
+        if checkpoint is None:
+            return
+        path = checkpoint / RUN_RECORD
+        if not path.is_file():
+            self.since_step = checkpoint_step(checkpoint)
+            return
+        record = json.loads(path.read_text(encoding="utf-8"))
+        self.since_step = int(record["since_step"])
+        self.rewards = [None if r is None else float(r) for r in record["rewards"]]
+        self.calls = int(record["calls"])
+        self.packets = Counter({str(k): int(v) for k, v in record["packets"].items()})
+        self.earlier_counts = Counter({str(k): int(v) for k, v in record["reward_counts"].items()})
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "groups_used": self.groups,
+            "mean_reward": self.mean(),
+            "rewards_none": sum(1 for r in self.rewards if r is None or math.isnan(r)),
+            "generation_rounds": self.calls,
+            "recorded_since_step": self.since_step,
+        }
+
+
+def _record_saver(recorder: _Recorder) -> Any:
+    """A TrainerCallback writing the recorder's record into each checkpoint the Trainer saves
+    (`on_save` runs after the checkpoint folder is written)."""
+    from transformers import TrainerCallback
+
+    class RecordSaver(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if checkpoint.is_dir():
+                recorder.save(checkpoint)
+
+    return RecordSaver()
 
 
 @dataclass(frozen=True)
@@ -350,7 +412,8 @@ def _run(job: _Job, start: _Start) -> TrainResult:
     model, tokenizer, peft_config = load_policy(base_dir, start.settings, start.adapter)
     meter = make_meter()
     recorder = _Recorder(job.reward, start.settings.num_generations)
-    callbacks = [meter, *start.callbacks]
+    recorder.resume(resume)
+    callbacks = [meter, _record_saver(recorder), *start.callbacks]
     budget = None
     if start.settings.stop_after_s is not None:
         budget = make_time_budget(start.settings.stop_after_s, cycle=start.settings.num_iterations)
@@ -383,13 +446,7 @@ def _run(job: _Job, start: _Start) -> TrainResult:
         meter=meter,
         run_dir=run_dir,
         resumed_from=resume,
-        extra={
-            "groups_used": recorder.groups,
-            "mean_reward": recorder.mean(),
-            "rewards_none": sum(1 for r in recorder.rewards if r is None),
-            "generation_rounds": recorder.calls,
-            **job.extra(recorder),
-        },
+        extra={**recorder.metadata(), **job.extra(recorder)},
     )
     result = publish_version(start.settings.output_root, save_adapter(trainer, tokenizer), metadata)
     finish_run(run_dir, result)
@@ -436,7 +493,7 @@ def train_grpo_online(
             "rows": len(data),
             "packets": dict(sorted(recorder.packets.items())),
             "reward": describe_reward(reward),
-            "reward_counts": reward_counts(reward),
+            "reward_counts": recorder.reward_counts(),
         },
     )
     start = _Start(base, settings, adapter, cache_dir, callbacks, trainer_cls, resume_from)

@@ -109,7 +109,7 @@ def adapter_identity(adapter: Path | None) -> str | None:
     return ":".join([model_fingerprint(Path(adapter)), *(file_sha256(w)[:16] for w in weights)])
 
 
-def _checkpoint_step(checkpoint: Path) -> int:
+def checkpoint_step(checkpoint: Path) -> int:
     state = Path(checkpoint) / "trainer_state.json"
     if state.is_file():
         return int(json.loads(state.read_text()).get("global_step", 0))
@@ -133,7 +133,7 @@ def select_run_dir(root: Path, kind: str, key: str, max_steps: int) -> tuple[Pat
         last = get_last_checkpoint(str(run_dir))
         if last is None:
             return run_dir, None
-        step = _checkpoint_step(Path(last))
+        step = checkpoint_step(Path(last))
         finished = step >= max_steps if max_steps > 0 else (run_dir / "completed.json").is_file()
         if not finished:
             return run_dir, Path(last)
@@ -149,6 +149,11 @@ RESUME_FILES = (
     "rng_state.pth",
     "trainer_state.json",
 )
+
+#: what a run records beside TRL's state (GRPO: every reward and packet so far), saved into each
+#: checkpoint so a resumed run's metadata covers the whole run; carried when present (a
+#: checkpoint from before it existed resumes too, its metadata then says from which step)
+RUN_RECORD = "run-record.json"
 
 
 def check_resumable(checkpoint: Path) -> None:
@@ -173,6 +178,8 @@ def carry_checkpoint(
     staging.mkdir(parents=True)
     for name in RESUME_FILES:
         shutil.copy2(Path(checkpoint) / name, staging / name)
+    if (Path(checkpoint) / RUN_RECORD).is_file():
+        shutil.copy2(Path(checkpoint) / RUN_RECORD, staging / RUN_RECORD)
     if prepare is not None:
         prepare(staging)
     shutil.rmtree(dest, ignore_errors=True)
@@ -186,7 +193,7 @@ def later_checkpoint(own: Path | None, given: Path | None) -> Path | None:
     if given is None:
         return own
     check_resumable(Path(given))
-    if own is not None and _checkpoint_step(own) >= _checkpoint_step(Path(given)):
+    if own is not None and checkpoint_step(own) >= checkpoint_step(Path(given)):
         return own
     return Path(given)
 

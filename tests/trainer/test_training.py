@@ -53,7 +53,7 @@ from harness_r1.trainer.replay import (
     replay_key,
     save_replay_groups,
 )
-from harness_r1.trainer.runs import RESUME_FILES, carry_checkpoint
+from harness_r1.trainer.runs import RESUME_FILES, RUN_RECORD, carry_checkpoint
 from harness_r1.trainer.sft import SftSettings, train_sft
 from harness_r1.trainer.versions import list_versions, publish_version, read_metadata
 
@@ -449,17 +449,53 @@ def test_a_grpo_run_paused_by_its_time_budget_continues_on_another_host(tmp_path
     assert paused.value.step == 2 and Path(paused.value.checkpoint).name == "checkpoint-2"
     assert list_versions(tmp_path / "here") == [] and seen == [4]
     carried = carry_checkpoint(Path(paused.value.checkpoint), tmp_path / "carried")
-    assert sorted(p.name for p in carried.iterdir()) == sorted(RESUME_FILES)
+    assert sorted(p.name for p in carried.iterdir()) == sorted([*RESUME_FILES, RUN_RECORD])
     there = GrpoSettings(output_root=tmp_path / "there", **common)
     result = train_grpo_online(rows, spread, settings=there, resume_from=carried)
     metadata = read_metadata(result.version_dir)
     assert (metadata["steps"], metadata["steps_this_run"]) == (4, 2)
     assert metadata["resumed_from"] == "carried" and seen == [4, 4]
+    # the metadata covers both invocations: two generated groups, not only the last one
+    assert (metadata["groups_used"], metadata["generation_rounds"]) == (2, 2)
+    assert metadata["recorded_since_step"] == 0 and metadata["packets"] == {"p1": 2}
+    assert metadata["mean_reward"] == pytest.approx(1.5)
     # the same run without a pause: the same weights (optimizer, schedule and RNG carried)
     whole = train_grpo_online(
         rows, spread, settings=GrpoSettings(output_root=tmp_path / "whole", **common)
     )
     assert _adapter(result.version_dir) == _adapter(whole.version_dir)
+
+
+def test_a_run_record_survives_a_resume_and_an_old_checkpoint_says_where_it_starts(
+    tmp_path: Path,
+) -> None:
+    from harness_r1.trainer.grpo import _Recorder
+
+    def halves(prompts: Any, completions: Any, **kw: Any) -> list[float | None]:
+        return [0.5, None][: len(completions)]
+
+    first = _Recorder(halves, k=2)
+    first(["p", "p"], ["a", "b"], packet_id=["x", "x"])
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    first.save(checkpoint)
+    later = _Recorder(halves, k=2)
+    later.resume(checkpoint)
+    later(["p", "p"], ["a", "b"], packet_id=["y", "y"])
+    assert later.metadata() == {
+        "groups_used": 2,
+        "mean_reward": 0.5,
+        "rewards_none": 2,
+        "generation_rounds": 2,
+        "recorded_since_step": 0,
+    }
+    assert later.packets == {"x": 1, "y": 1}
+    # a checkpoint saved before records were kept: counts start at its step, and say so
+    (checkpoint / RUN_RECORD).unlink()
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 4}')
+    old = _Recorder(halves, k=2)
+    old.resume(checkpoint)
+    assert old.metadata()["recorded_since_step"] == 4 and old.groups == 0
 
 
 @pytest.mark.integration
