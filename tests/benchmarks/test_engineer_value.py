@@ -209,3 +209,22 @@ def test_a_stopped_target_run_runs_again(
     path.write_text('{"trajectory_id": "a"}\n{"trajectory_id": "b"}\n')
     bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
     assert len(commands) == 2  # complete: kept
+
+
+def test_the_tuned_target_learns_under_the_harness_the_engineers_round_deployed(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """Coevolution tunes the target under the incumbent plus the final engineer's best
+    promoted patch once the engineers stage has promoted one (the pool's harness after that
+    round), and under the incumbent before."""
+    incumbent = bench.incumbent_on("webshop", tmp_path)
+    assert bench.deployed_on("webshop", tmp_path) == incumbent
+    assert bench.harness_label("webshop", tmp_path) == "incumbent"
+    name = bench.final_engineer(tmp_path)
+    assert name == "grpo"
+    files = bench.engineer_files("webshop", name, tmp_path, bench.engineer_args(name, tmp_path))
+    files["best"].parent.mkdir(parents=True)
+    files["best"].write_text("{}")
+    assert bench.deployed_on("webshop", tmp_path) == [*incumbent, "--on", str(files["best"])]
+    assert bench.harness_label("webshop", tmp_path) == "incumbent+grpo's best"
+    assert bench.deployed_on("dbbench", tmp_path) == bench.incumbent_on("dbbench", tmp_path)
