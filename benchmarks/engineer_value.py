@@ -1281,6 +1281,8 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         patch_file.write_text(json.dumps(best["patch"]), encoding="utf-8")
         after = files["after"]
         heldout_target_runs(env, [*on, "--on", str(patch_file)], after, log)
+    else:  # an earlier report's patch is no best of this one (`promoted_best` deploys it)
+        files["best"].unlink(missing_ok=True)
     row["heldout_after_best"] = rate(after)
     row["heldout_after_best"]["patched"] = bool(promoted)
     return row
@@ -1611,8 +1613,8 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
                   f"[{low:.0%}, {high:.0%}] |")  # fmt: skip
 
 
-#: what the tuned target learns of its successful training episodes under the incumbent: the
-#: executed actions. The incumbents force every step of every success here (WebShop 59 of 59
+#: what the tuned target learns of its successful training episodes under the deployed harness:
+#: the executed actions. The incumbents force every step of every success here (WebShop 59 of 59
 #: steps, DBBench 7 of 9 and 2 without a model call, session 12), so the target's own accepted
 #: outputs (`--rows own`) are none: the tuned target can only absorb what the harness did.
 #: One row a step: `train target`'s default of 4 rows (up to 2.75k tokens each, fp32) was
@@ -1689,7 +1691,8 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
     for env, path in zip(envs, runs, strict=True):
         results[env] = coevolution_rows(env, out, checkpoint, log)
         results[env]["trained_on"] = {**rate(path), "harness": harness_label(env, out)}
-    keep_results("results-coevolution.json", results, out)
+    earlier = committed_results("results-coevolution.json")
+    keep_results("results-coevolution.json", {**earlier, **results}, out)
     print(json.dumps(results, indent=2))
 
 
@@ -1714,7 +1717,8 @@ def coevolution_rows(env: str, out: Path, checkpoint: Path, log: Path) -> dict[s
     for condition, (extra, frozen) in conditions.items():
         rows["frozen"][condition] = rate(heldout_target_runs(env, extra, frozen, log))
         slug = re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")
-        path = out / "coevolution" / f"{env}-heldout-{checkpoint.parent.name}-{slug}.jsonl"
+        tuned_name = f"{checkpoint.parent.name}-{checkpoint.name}"
+        path = out / "coevolution" / f"{env}-heldout-{tuned_name}-{slug}.jsonl"
         tuned = heldout_target_runs(env, ["--policy", str(checkpoint), *extra], path, log)
         rows["tuned"][condition] = rate(tuned)
     return rows

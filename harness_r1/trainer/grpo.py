@@ -267,7 +267,11 @@ class _Recorder:
     """Wraps a reward function: records what it returns and which packets it scored, over the
     whole run: its record is saved into every checkpoint (`RUN_RECORD`) and taken back on
     resume, so a run paused and continued (on this host or another) publishes the metadata of
-    all its steps, not only of its last invocation."""
+    all its steps, not only of its last invocation. A checkpoint saved mid generation cycle
+    (`save_steps` not a multiple of `num_iterations`; the time budget pauses only at a cycle's
+    end) holds a group TRL samples again after the resume: that group is then counted twice.
+    The reward function's tallies are its own since it was made (one per process, as the CLI
+    does) plus the record's."""
 
     def __init__(self, func: RewardFunc, k: int) -> None:
         self.func = func
@@ -303,30 +307,36 @@ class _Recorder:
         return dict(sorted(total.items()))
 
     def save(self, checkpoint: Path) -> None:
+        """Write the record beside the checkpoint's state (whole or not at all: a temporary
+        file renamed, so a kill mid-write leaves no torn record)."""
         record = {
             "since_step": self.since_step,
-            "rewards": [None if r is None or math.isnan(r) else r for r in self.rewards],
+            "rewards": [None if r is None or math.isnan(r) else float(r) for r in self.rewards],
             "calls": self.calls,
             "packets": dict(self.packets),
             "reward_counts": self.reward_counts(),
         }
-        (checkpoint / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+        partial = checkpoint / f"{RUN_RECORD}.partial"
+        partial.write_text(json.dumps(record), encoding="utf-8")
+        partial.replace(checkpoint / RUN_RECORD)
 
     def resume(self, checkpoint: Path | None) -> None:
-        """Take back what the run recorded up to `checkpoint`; without a record (a checkpoint
-        saved before records were kept) start recording at its step."""
+        """Take back what the run recorded up to `checkpoint`; without a readable record (a
+        checkpoint saved before records were kept) start recording at its step, and say so."""
         if checkpoint is None:
             return
-        path = checkpoint / RUN_RECORD
-        if not path.is_file():
+        try:
+            record = json.loads((checkpoint / RUN_RECORD).read_text(encoding="utf-8"))
+            rewards = [None if r is None else float(r) for r in record["rewards"]]
+            packets = Counter({str(k): int(v) for k, v in record["packets"].items()})
+            counts = Counter({str(k): int(v) for k, v in record["reward_counts"].items()})
+            since, calls = int(record["since_step"]), int(record["calls"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             self.since_step = checkpoint_step(checkpoint)
+            log.warning("grpo_run_record_unreadable", checkpoint=str(checkpoint), error=str(exc))
             return
-        record = json.loads(path.read_text(encoding="utf-8"))
-        self.since_step = int(record["since_step"])
-        self.rewards = [None if r is None else float(r) for r in record["rewards"]]
-        self.calls = int(record["calls"])
-        self.packets = Counter({str(k): int(v) for k, v in record["packets"].items()})
-        self.earlier_counts = Counter({str(k): int(v) for k, v in record["reward_counts"].items()})
+        self.since_step, self.rewards, self.calls = since, rewards, calls
+        self.packets, self.earlier_counts = packets, counts
 
     def metadata(self) -> dict[str, Any]:
         return {

@@ -496,6 +496,11 @@ def test_a_run_record_survives_a_resume_and_an_old_checkpoint_says_where_it_star
     old = _Recorder(halves, k=2)
     old.resume(checkpoint)
     assert old.metadata()["recorded_since_step"] == 4 and old.groups == 0
+    # a torn record (a kill mid-write elsewhere) is taken as none, not a failed resume
+    (checkpoint / RUN_RECORD).write_text('{"since_step": 0, "rewa')
+    torn = _Recorder(halves, k=2)
+    torn.resume(checkpoint)
+    assert torn.metadata()["recorded_since_step"] == 4 and torn.groups == 0
 
 
 @pytest.mark.integration
