@@ -49,6 +49,8 @@ files):
 - coevolution: the target fine-tuned on its own successes under the deployed harness (the
   incumbent plus the final engineer's best promoted patch), held out under the base harness,
   the incumbent and the deployed harness, beside the frozen target.
+- reach: what the SFT and SFT+GRPO engineers sample at K=16, temperature 1.0 on the held-out
+  packets (validity only), counted by template: which calls GRPO's reward can reach.
 
 Resumable: a step whose output exists is skipped (delete an output to redo it); training runs
 resume from their last checkpoint. Results: DIR/results-*.json, tables on stdout, PNGs in DIR.
@@ -1781,7 +1783,7 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
 
 STAGES = (
     "baselines", "deployed", "coldstart", "sft", "sampling", "grpo", "engineers", "headroom",
-    "ablation", "transfer", "coevolution",
+    "ablation", "transfer", "coevolution", "reach",
 )  # fmt: skip
 #: the sampling sweep (stage "sampling"): the SFT engineer's held-out validity per temperature
 SWEEP_TEMPERATURES = (0.0, 0.2, 0.5)
@@ -1892,6 +1894,68 @@ def run_sampling(envs: list[str], out: Path, log: Path, packets: int) -> None:
     keep_results(results, rows, out)
 
 
+#: the reach probe: many samples at GRPO's high end of temperature, no canary
+REACH_SAMPLING = ["-k", "16", "--temperature", "1.0", "--seed", "0", "--max-new-tokens", "512"]
+
+
+def template_counts(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """A report's samples counted by the template they name (`templates: NAME` in the
+    description line; "code" for a patch of code, "no patch" for neither), valid and invalid."""
+    counts: dict[str, Counter[str]] = {
+        "valid_by_template": Counter(),
+        "invalid_by_template": Counter(),
+    }
+    for packet in report["packets"]:
+        for sample in packet["samples"]:
+            found = re.search(r"templates: ([A-Za-z0-9_]+)", sample["text"])
+            name = (
+                found.group(1)
+                if found
+                else "code"
+                if "# === hook" in sample["text"]
+                else "no patch"
+            )
+            counts["valid_by_template" if sample["valid"] else "invalid_by_template"][name] += 1
+    return {kind: dict(sorted(named.items())) for kind, named in counts.items()}
+
+
+def run_reach(envs: list[str], out: Path, log: Path) -> None:
+    """What the trained engineers can sample at all: the SFT and the SFT+GRPO engineer on the
+    env's held-out packets, REACH_SAMPLING (K=16 at temperature 1.0), validity only, counted
+    by template. A call no sample names valid is one GRPO's reward cannot reach (issue 20:
+    ALFWorld's winning `alfworld_take_place`, which the teacher finds and the engineers do
+    not write at temperature 0.2)."""
+    results: dict[str, dict[str, Any]] = {}
+    for env in envs:
+        results[env] = {}
+        for name in ("sft", "grpo"):
+            args = engineer_args(name, out)
+            if args is None:
+                continue
+            weights = adapter_weights(args)
+            path = out / "reach" / f"{env}-{name}-{weights}-k16-t1.0.json"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
+                     "--split", SPLITS[env][1], *args, "--lean-prompt", *incumbent_on(env, out),
+                     *REACH_SAMPLING, "--batch-size", str(BATCH), "--validity-only",
+                     "--out", str(path)], log)  # fmt: skip
+            report = json.loads(path.read_text())
+            summary = report["summary"]
+            results[env][name] = {
+                "weights_sha256_12": weights,
+                "sampling": REACH_SAMPLING,
+                "packets": summary["packets"],
+                "samples": summary["proposals"],
+                "valid": summary["valid"],
+                **template_counts(report),
+            }
+            print(f"{env} {name}: {summary['valid']}/{summary['proposals']} valid, "
+                  f"{results[env][name]['valid_by_template']}")  # fmt: skip
+    earlier = committed_results("results-reach.json")
+    keep_results("results-reach.json", {**earlier, **results}, out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default=",".join(DEFAULT_ENVS))
@@ -1959,6 +2023,8 @@ def main() -> None:
             run_transfer(envs, args.out, log)
         elif stage == "coevolution":
             run_coevolution(envs, args.out, log)
+        elif stage == "reach":
+            run_reach(envs, args.out, log)
         else:
             names = tuple(n for n in ENGINEERS if n in args.engineers.split(","))
             run_engineers(envs, args.out, log, names)

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -228,3 +229,27 @@ def test_the_tuned_target_learns_under_the_harness_the_engineers_round_deployed(
     assert bench.deployed_on("webshop", tmp_path) == [*incumbent, "--on", str(files["best"])]
     assert bench.harness_label("webshop", tmp_path) == "incumbent+grpo's best"
     assert bench.deployed_on("dbbench", tmp_path) == bench.incumbent_on("dbbench", tmp_path)
+
+
+def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> None:
+    def sample(text: str, valid: bool) -> dict[str, Any]:
+        return {"text": text, "valid": valid}
+
+    call = "<patch>\n# description: templates: {0}. {0}(x=1).\n</patch>"
+    report = {
+        "packets": [
+            {"samples": [sample(call.format("alfworld_skills"), True)] * 2},
+            {
+                "samples": [
+                    sample(call.format("alfworld_take_place"), True),
+                    sample(call.format("take_place"), False),
+                    sample("<patch>\n# === hook: pre_action ===\ndef h(c, s): ...</patch>", False),
+                    sample("no answer", False),
+                ]
+            },
+        ]
+    }
+    assert bench.template_counts(report) == {
+        "valid_by_template": {"alfworld_skills": 2, "alfworld_take_place": 1},
+        "invalid_by_template": {"code": 1, "no patch": 1, "take_place": 1},
+    }
