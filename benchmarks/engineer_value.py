@@ -1197,19 +1197,24 @@ def engineer_files(env: str, name: str, out: Path, args: list[str]) -> dict[str,
     has no weights of its own: session 17's template menu changed what it reads); the sampling
     in the report's name."""
     temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
-    weights = adapter_weights(args)
-    prompt = engineer_prompt_sha(env, args)
-    tag = (
-        incumbent_digest(env, out)[:12]
-        + (f"-{weights}" if weights else "")
-        + (f"-p{prompt[:8]}" if prompt else "")
-    )
-    stem = f"{env}-{name}-{tag}"
+    stem = f"{env}-{name}-{engineer_tag(env, out, args)}"
     return {
         "report": out / "engineers" / f"{stem}-t{temperature}.json",
         "best": out / "engineers" / f"{stem}-best.json",
         "after": out / "engineers" / f"{stem}-heldout-after-best.jsonl",
     }
+
+
+def engineer_tag(env: str, out: Path, args: list[str]) -> str:
+    """What an engineer's result on `env` depends on, in a file name: the incumbent, the
+    adapter's weights and the prompt it reads (see `engineer_files`)."""
+    weights = adapter_weights(args)
+    prompt = engineer_prompt_sha(env, args)
+    return (
+        incumbent_digest(env, out)[:12]
+        + (f"-{weights}" if weights else "")
+        + (f"-p{prompt[:8]}" if prompt else "")
+    )
 
 
 def engineer_prompt_sha(env: str, args: list[str]) -> str | None:
@@ -1277,14 +1282,18 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
         row["grpo_envs"] = grpo_envs(Path(args[args.index("--adapter") + 1]))
     after = heldout_runs(env, out, log)
+    patch = None
     if promoted:
-        best = max(promoted, key=lambda sample: sample["delta"])  # first of the best
-        patch_file = files["best"]
-        patch_file.write_text(json.dumps(best["patch"]), encoding="utf-8")
-        after = files["after"]
-        heldout_target_runs(env, [*on, "--on", str(patch_file)], after, log)
-    else:  # an earlier report's patch is no best of this one (`promoted_best` deploys it)
+        patch = json.dumps(max(promoted, key=lambda sample: sample["delta"])["patch"])  # first
+    if not files["best"].exists() or files["best"].read_text(encoding="utf-8") != patch:
+        # another report's best patch: neither it nor its held-out run is this row's (and
+        # `promoted_best` deploys it)
         files["best"].unlink(missing_ok=True)
+        files["after"].unlink(missing_ok=True)
+    if patch is not None:
+        files["best"].write_text(patch, encoding="utf-8")
+        after = files["after"]
+        heldout_target_runs(env, [*on, "--on", str(files["best"])], after, log)
     row["heldout_after_best"] = rate(after)
     row["heldout_after_best"]["patched"] = bool(promoted)
     return row
@@ -1633,6 +1642,11 @@ def promoted_best(env: str, out: Path) -> dict[str, Path] | None:
     if name is None or args is None:
         return None
     files = engineer_files(env, name, out, args)
+    if not files["report"].exists():  # not "promoted nothing": not measured here
+        raise SystemExit(
+            f"no {name} row for {env} in {out}: run --stages engineers --envs {env} "
+            f"--engineers {name} first (what it promotes is the deployed harness)"
+        )
     return files if files["best"].exists() else None
 
 
@@ -1932,8 +1946,10 @@ def run_reach(envs: list[str], out: Path, log: Path) -> None:
             args = engineer_args(name, out)
             if args is None:
                 continue
-            weights = adapter_weights(args)
-            path = out / "reach" / f"{env}-{name}-{weights}-k16-t1.0.json"
+            k = REACH_SAMPLING[REACH_SAMPLING.index("-k") + 1]
+            temperature = REACH_SAMPLING[REACH_SAMPLING.index("--temperature") + 1]
+            tag = engineer_tag(env, out, args)
+            path = out / "reach" / f"{env}-{name}-{tag}-k{k}-t{temperature}.json"
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 run([HR, "engineer", "evaluate", str(heldout_runs(env, out, log)), "--env", env,
@@ -1943,7 +1959,8 @@ def run_reach(envs: list[str], out: Path, log: Path) -> None:
             report = json.loads(path.read_text())
             summary = report["summary"]
             results[env][name] = {
-                "weights_sha256_12": weights,
+                "weights_sha256_12": adapter_weights(args),
+                "incumbent_sha256": incumbent_digest(env, out),
                 "sampling": REACH_SAMPLING,
                 "packets": summary["packets"],
                 "samples": summary["proposals"],

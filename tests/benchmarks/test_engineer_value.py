@@ -219,16 +219,18 @@ def test_the_tuned_target_learns_under_the_harness_the_engineers_round_deployed(
     promoted patch once the engineers stage has promoted one (the pool's harness after that
     round), and under the incumbent before."""
     incumbent = bench.incumbent_on("webshop", tmp_path)
-    assert bench.deployed_on("webshop", tmp_path) == incumbent
-    assert bench.harness_label("webshop", tmp_path) == "incumbent"
+    with pytest.raises(SystemExit, match="--stages engineers --envs webshop --engineers grpo"):
+        bench.deployed_on("webshop", tmp_path)  # no row here: not the same as nothing promoted
     name = bench.final_engineer(tmp_path)
     assert name == "grpo"
     files = bench.engineer_files("webshop", name, tmp_path, bench.engineer_args(name, tmp_path))
-    files["best"].parent.mkdir(parents=True)
+    files["report"].parent.mkdir(parents=True)
+    files["report"].write_text("{}")
+    assert bench.deployed_on("webshop", tmp_path) == incumbent
+    assert bench.harness_label("webshop", tmp_path) == "incumbent"
     files["best"].write_text("{}")
     assert bench.deployed_on("webshop", tmp_path) == [*incumbent, "--on", str(files["best"])]
     assert bench.harness_label("webshop", tmp_path) == "incumbent+grpo's best"
-    assert bench.deployed_on("dbbench", tmp_path) == bench.incumbent_on("dbbench", tmp_path)
 
 
 def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> None:
