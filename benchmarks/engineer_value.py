@@ -39,9 +39,13 @@ files):
 - grpo: online GRPO from the SFT engineer on the cold start's packets (reward: canary delta
   over the incumbent). `--grpo-minutes M`: pause before M minutes and commit the checkpoint;
   the next run (another session, another host) continues it.
+- rft: rejection-sampling fine-tuning, the SFT+GRPO engineer continued by SFT on the cold
+  start's rows that beat the incumbent in their canary (`--envs`: whose rows), each env's
+  repeated to the largest env's count.
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
-  template teacher, SFT, SFT+GRPO): valid fraction, mean canary delta, proposals the gate
-  promotes (guard: the other held-out tasks), held-out success after the best promoted patch.
+  template teacher, SFT, SFT+GRPO, SFT+GRPO+RFT): valid fraction, mean canary delta, proposals
+  the gate promotes (guard: the other held-out tasks), held-out success after the best
+  promoted patch.
 - headroom: the held-out success under the incumbent with the env's hand-written reference
   patch on top (never trained on): how much a patch could still win on these tasks.
 - ablation: the most trained engineer with each hook removed from what it may write.
@@ -156,7 +160,7 @@ def published(out: Path) -> tuple[Path, ...]:
 
 
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
-ENGINEERS = ("untrained", "teacher", "sft", "grpo")
+ENGINEERS = ("untrained", "teacher", "sft", "grpo", "rft")
 #: the promotion gate at this scale: packets of 4 tasks and a guard of the other 16 held-out
 #: tasks (the daemon's minimums, 8 and 20, would leave every verdict inconclusive here)
 GATE = ["--gate", "--gate-min-batch", "4", "--gate-min-guard", "12"]
@@ -596,24 +600,30 @@ def merge_coldstart(envs: list[str], out: Path) -> int:
     prompt rebuilt from its packet by the current lean prompt (what the engineer will read at
     evaluation and in GRPO, even if the prompt changed since the rows were written) and each
     completion written in the current output format (`current_format`)."""
-    from harness_r1.contracts import FailurePacket
-    from harness_r1.trainer.prompt import PromptConfig, engineer_messages
-
-    rows = []
-    for env in envs:
-        folder = out / f"{env}-engineer-coldstart"
-        packets = {
-            row["packet_id"]: FailurePacket.model_validate(row["packet"])
-            for row in trajectories(folder / "packets.jsonl")
-        }
-        for row in trajectories(folder / "dataset.jsonl"):
-            packet = packets[row["metadata"]["packet_id"]]
-            prompt = engineer_messages(packet, config=PromptConfig(lean=True))
-            completion = current_format(row["completion"], env)
-            rows.append({**row, "prompt": prompt, "completion": completion})
+    rows = [row for env in envs for row in coldstart_rows(env, out)]
     path = out / "engineer-coldstart.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return len(rows)
+
+
+def coldstart_rows(env: str, out: Path) -> list[dict[str, Any]]:
+    """The env's kept cold-start rows in file order, each prompt rebuilt from its packet by the
+    current lean prompt and each completion in the current output format (`merge_coldstart`)."""
+    from harness_r1.contracts import FailurePacket
+    from harness_r1.trainer.prompt import PromptConfig, engineer_messages
+
+    folder = out / f"{env}-engineer-coldstart"
+    packets = {
+        row["packet_id"]: FailurePacket.model_validate(row["packet"])
+        for row in trajectories(folder / "packets.jsonl")
+    }
+    rows = []
+    for row in trajectories(folder / "dataset.jsonl"):
+        packet = packets[row["metadata"]["packet_id"]]
+        prompt = engineer_messages(packet, config=PromptConfig(lean=True))
+        completion = current_format(row["completion"], env)
+        rows.append({**row, "prompt": prompt, "completion": completion})
+    return rows
 
 
 def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str, str]]:
@@ -1175,6 +1185,156 @@ def commit_grpo(version: Path, sft: Path, envs: list[str]) -> None:
     shutil.rmtree(CARRIED_GRPO, ignore_errors=True)
 
 
+#: rejection-sampling fine-tuning (RFT; DeepSeek-R1's step after its first RL stage): the
+#: SFT+GRPO engineer continued by SFT on the cold start's rows whose canary beat the incumbent,
+#: that is realised outcomes of the template teacher's samples on training packets. Why: GRPO's
+#: groups of K=4 almost never sample ALFWorld's winning call (the reach stage: once in 80 at
+#: temperature 1.0), so its reward never pointed there, while the cold start holds that call
+#: improving 3 times. RFT_EPOCHS passes over `rft_selection`, the SFT engineer's settings
+#: (SFT_ARGS) otherwise
+RFT_EPOCHS = 3
+COMMITTED_RFT = COMMITTED / "rft-engineer"
+
+
+def improving(row: dict[str, Any]) -> bool:
+    """Whether a cold-start row's canary beat the incumbent (success rate, its packet's tasks)."""
+    delta: float = row["metadata"]["delta_success"]
+    return delta > 0
+
+
+def rft_selection(rows_by_env: dict[str, list[dict[str, Any]]]) -> list[tuple[str, Any]]:
+    """(env, row) for every improving row, env order then file order, each env's rows repeated
+    round(most / its count) times, where `most` is the largest env's count: WebShop's 13
+    improving rows would otherwise drown ALFWorld's 3. An env without one adds nothing."""
+    kept = {env: [row for row in rows if improving(row)] for env, rows in rows_by_env.items()}
+    most = max((len(rows) for rows in kept.values()), default=0)
+    return [
+        (env, row)
+        for env, rows in kept.items()
+        if rows
+        for _ in range(round(most / len(rows)))
+        for row in rows
+    ]
+
+
+def rft_dataset(envs: list[str], out: Path) -> Path:
+    """The RFT rows (`rft_selection` of the envs' cold starts, prompts and completions as the
+    SFT dataset has them) in DIR/engineer-rft.jsonl."""
+    selected = rft_selection({env: coldstart_rows(env, out) for env in envs})
+    path = out / "engineer-rft.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for _, row in selected), encoding="utf-8")
+    return path
+
+
+def committed_rft_digest(envs: tuple[str, ...]) -> str:
+    """`rows_digest` of the RFT dataset a restore of the committed rows of `envs` would give,
+    computed without the restore (as `committed_rows_digest`)."""
+    from harness_r1.trainer.prompt import PromptConfig, system_prompt
+
+    committed = {env: trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl") for env in envs}
+    return _rows_digest(
+        [
+            (
+                system_prompt(env, config=PromptConfig(lean=True)),
+                current_format(row["completion"], env),
+            )
+            for env, row in rft_selection(committed)
+        ]
+    )
+
+
+def rft_parent(out: Path) -> Path | None:
+    """The engineer RFT continues: the SFT+GRPO engineer (None before it is trained)."""
+    return grpo_engineer(out)
+
+
+def rft_engineer(out: Path) -> Path | None:
+    """The RFT engineer of the current parent (`rft_parent`): published here from this run's
+    RFT dataset, else the committed one if it continued the same weights on the same rows for
+    RFT_EPOCHS; None otherwise."""
+    from harness_r1.trainer.model_io import file_sha256
+    from harness_r1.trainer.versions import list_versions, read_metadata
+
+    parent = rft_parent(out)
+    if parent is None:
+        return None
+    dataset = out / "engineer-rft.jsonl"
+    if dataset.exists():
+        sha, parent_sha = file_sha256(dataset), weights_sha(parent)
+        for version in reversed(list_versions(out / "rft" / "engineer")):  # the latest first
+            meta = read_metadata(version)
+            continued = Path(meta.get("parent_path") or "")
+            if (
+                meta.get("dataset", {}).get("sha256") == sha
+                and (continued / "adapter_model.safetensors").exists()
+                and weights_sha(continued) == parent_sha
+            ):
+                return version
+    lineage = COMMITTED_RFT / "lineage.json"
+    if not lineage.exists():
+        return None
+    meta = json.loads(lineage.read_text())
+    same = (
+        meta["parent_weights"] == weights_sha(parent)
+        and meta["epochs"] == RFT_EPOCHS
+        and meta["rows_digest"] == committed_rft_digest(tuple(meta["envs"]))
+    )
+    return COMMITTED_RFT if same else None
+
+
+def rft_envs(version: Path) -> list[str] | None:
+    """The envs whose improving rows the RFT engineer `version` was taught, from the committed
+    engineer's lineage when `version` has its weights (None: not known here)."""
+    lineage = COMMITTED_RFT / "lineage.json"
+    if not lineage.exists() or weights_sha(version) != weights_sha(COMMITTED_RFT):
+        return None
+    envs: list[str] = json.loads(lineage.read_text())["envs"]
+    return envs
+
+
+def stage_rft(envs: list[str], out: Path, log: Path) -> Path:
+    """RFT: the envs' cold starts (restored from the committed rows, or run), their improving
+    rows (`rft_selection`), and `train sft` from a copy of the SFT+GRPO engineer for
+    RFT_EPOCHS over them (resumable by its run key); the result is committed with its lineage."""
+    parent = rft_parent(out)
+    assert parent is not None, "train the SFT+GRPO engineer first (stage grpo)"
+    for env in envs:
+        stage_coldstart(env, out, log)
+    dataset = rft_dataset(envs, out)
+    rows = len(trajectories(dataset))
+    assert rows, f"no improving cold-start row in {envs}"
+    version = rft_engineer(out)
+    if version is None:
+        copy = out / "rft-parents" / weights_sha(parent)[:12]
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy_whole(parent, copy)
+        batch = int(SFT_ARGS[SFT_ARGS.index("--batch-size") + 1])
+        run([HR, "train", "sft", str(dataset), "--out", str(out / "rft"), "--adapter", str(copy),
+             "--max-steps", str(RFT_EPOCHS * -(-rows // batch)), *SFT_ARGS], log)  # fmt: skip
+        version = rft_engineer(out)
+    assert version is not None, "train sft published no version for the RFT rows"
+    commit_rft(version, parent, dataset, envs)
+    return version
+
+
+def commit_rft(version: Path, parent: Path, dataset: Path, envs: list[str]) -> None:
+    """Keep the RFT engineer in the repository with what it continued and what it was taught
+    (`rft_engineer` takes it only for the same)."""
+    import shutil
+
+    if version == COMMITTED_RFT or TARGET_POLICY:
+        return
+
+    def note_lineage(copy: Path) -> None:
+        lineage = {"parent_weights": weights_sha(parent), "rows_digest": rows_digest(dataset),
+                   "epochs": RFT_EPOCHS, "envs": envs}  # fmt: skip
+        (copy / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
+
+    shutil.rmtree(COMMITTED_RFT, ignore_errors=True)
+    copy_whole(version, COMMITTED_RFT, note_lineage)
+
+
 def engineer_args(name: str, out: Path) -> list[str] | None:
     """How `engineer evaluate` runs each engineer of the table (None: not trained yet);
     `NAME-without-HOOK`: that engineer, barred from writing HOOK (the ablation)."""
@@ -1186,7 +1346,8 @@ def engineer_args(name: str, out: Path) -> list[str] | None:
         return []
     if name == "teacher":
         return ["--teacher", "1"]  # as it wrote the cold start: one template per patch
-    version = sft_version(out) if name == "sft" else grpo_engineer(out)
+    versions = {"sft": sft_version, "grpo": grpo_engineer, "rft": rft_engineer}
+    version = versions[name](out)
     return None if version is None else ["--adapter", str(version)]
 
 
@@ -1281,6 +1442,8 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     row["mean_delta_ci"] = mean_interval(row["deltas"])
     if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
         row["grpo_envs"] = grpo_envs(Path(args[args.index("--adapter") + 1]))
+    if name == "rft":  # whose improving rows it was taught
+        row["rft_envs"] = rft_envs(Path(args[args.index("--adapter") + 1]))
     after = heldout_runs(env, out, log)
     patch = None
     if promoted:
@@ -1800,7 +1963,8 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
 
 
 STAGES = (
-    "baselines", "deployed", "coldstart", "sft", "sampling", "grpo", "engineers", "headroom",
+    "baselines", "deployed", "coldstart", "sft", "sampling", "grpo", "rft", "engineers",
+    "headroom",
     "ablation", "transfer", "coevolution", "reach",
 )  # fmt: skip
 #: the sampling sweep (stage "sampling"): the SFT engineer's held-out validity per temperature
@@ -2034,6 +2198,8 @@ def main() -> None:
             run_sampling(envs, args.out, log, args.sampling_packets)
         elif stage == "grpo":
             print(f"GRPO engineer: {stage_grpo(envs, args.out, log, args.grpo_minutes)}")
+        elif stage == "rft":
+            print(f"RFT engineer: {stage_rft(envs, args.out, log)}")
         elif stage == "headroom":
             run_headroom(envs, args.out, log)
         elif stage == "deployed":

@@ -255,3 +255,40 @@ def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> Non
         "valid_by_template": {"alfworld_skills": 2, "alfworld_take_place": 1},
         "invalid_by_template": {"code": 1, "no patch": 1, "take_place": 1},
     }
+
+
+def test_rft_keeps_the_improving_rows_each_env_weighted_like_the_largest(
+    bench: ModuleType,
+) -> None:
+    """RFT is taught only rows whose canary beat the incumbent; an env with few such rows is
+    repeated so the env with many does not drown it, and an env with none adds nothing."""
+
+    def row(name: str, delta: float) -> dict[str, Any]:
+        return {"name": name, "metadata": {"delta_success": delta}}
+
+    rows = {
+        "webshop": [row(f"w{i}", 0.25) for i in range(6)] + [row("w-flat", 0.0)],
+        "alfworld": [row("a-flat", 0.0), row("a1", 0.5), row("a-worse", -0.25), row("a2", 0.75)],
+        "dbbench": [row("d-flat", 0.0)],
+    }
+    selected = [(env, r["name"]) for env, r in bench.rft_selection(rows)]
+    assert selected == [
+        *[("webshop", f"w{i}") for i in range(6)],
+        *[("alfworld", name) for name in ("a1", "a2") * 3],
+    ]
+    assert bench.rft_selection({"dbbench": rows["dbbench"]}) == []
+
+
+def test_the_committed_rft_engineer_continues_the_committed_grpo_engineer(
+    bench: ModuleType,
+) -> None:
+    """An RFT engineer in the repository continued the committed SFT+GRPO engineer on the
+    committed rows' improving ones (`rft_engineer` would ignore it otherwise: retrain it with
+    `--stages rft`). Before RFT has run there is nothing to check."""
+    lineage = bench.COMMITTED_RFT / "lineage.json"
+    if not lineage.exists():
+        return
+    meta = json.loads(lineage.read_text())
+    assert meta["parent_weights"] == bench.weights_sha(bench.COMMITTED_GRPO)
+    assert meta["epochs"] == bench.RFT_EPOCHS
+    assert meta["rows_digest"] == bench.committed_rft_digest(tuple(meta["envs"]))
