@@ -1261,7 +1261,7 @@ def rft_engineer(out: Path) -> Path | None:
     dataset = out / "engineer-rft.jsonl"
     if dataset.exists():
         sha, parent_sha = file_sha256(dataset), weights_sha(parent)
-        for version in reversed(list_versions(out / "rft" / "engineer")):  # the latest first
+        for version in reversed(list_versions(out / "rft")):  # the latest first
             meta = read_metadata(version)
             continued = Path(meta.get("parent_path") or "")
             if (
