@@ -41,7 +41,7 @@ files):
   the next run (another session, another host) continues it.
 - rft: rejection-sampling fine-tuning, the SFT+GRPO engineer continued by SFT on the cold
   start's rows that beat the incumbent in their canary (`--envs`: whose rows), each env's
-  repeated to the largest env's count.
+  rows repeated round(largest env's count / its count) times.
 - engineers: the table's engineer rows on held-out packets against the incumbent (untrained,
   template teacher, SFT, SFT+GRPO, SFT+GRPO+RFT): valid fraction, mean canary delta, proposals
   the gate promotes (guard: the other held-out tasks), held-out success after the best
@@ -53,8 +53,8 @@ files):
 - coevolution: the target fine-tuned on its own successes under the deployed harness (the
   incumbent plus the final engineer's best promoted patch), held out under the base harness,
   the incumbent and the deployed harness, beside the frozen target.
-- reach: what the SFT and SFT+GRPO engineers sample at K=16, temperature 1.0 on the held-out
-  packets (validity only), counted by template: which calls GRPO's reward can reach.
+- reach: what the trained engineers (`--engineers`) sample at K=16, temperature 1.0 on the
+  held-out packets (validity only), counted by template: which calls GRPO's reward can reach.
 
 Resumable: a step whose output exists is skipped (delete an output to redo it); training runs
 resume from their last checkpoint. Results: DIR/results-*.json, tables on stdout, PNGs in DIR.
@@ -1218,20 +1218,23 @@ def rft_selection(rows_by_env: dict[str, list[dict[str, Any]]]) -> list[tuple[st
 
 
 def rft_dataset(envs: list[str], out: Path) -> Path:
-    """The RFT rows (`rft_selection` of the envs' cold starts, prompts and completions as the
-    SFT dataset has them) in DIR/engineer-rft.jsonl."""
-    selected = rft_selection({env: coldstart_rows(env, out) for env in envs})
+    """The RFT rows (`rft_selection` of the envs' cold starts in sorted env order, prompts and
+    completions as the SFT dataset has them) in DIR/engineer-rft.jsonl."""
+    selected = rft_selection({env: coldstart_rows(env, out) for env in sorted(envs)})
     path = out / "engineer-rft.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for _, row in selected), encoding="utf-8")
     return path
 
 
+@functools.cache
 def committed_rft_digest(envs: tuple[str, ...]) -> str:
     """`rows_digest` of the RFT dataset a restore of the committed rows of `envs` would give,
     computed without the restore (as `committed_rows_digest`)."""
     from harness_r1.trainer.prompt import PromptConfig, system_prompt
 
-    committed = {env: trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl") for env in envs}
+    committed = {
+        env: trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl") for env in sorted(envs)
+    }
     return _rows_digest(
         [
             (
@@ -1243,29 +1246,40 @@ def committed_rft_digest(envs: tuple[str, ...]) -> str:
     )
 
 
+def rft_steps(rows: int) -> int:
+    """RFT's optimizer steps over `rows` rows: RFT_EPOCHS epochs at SFT_ARGS' batch size."""
+    batch = int(SFT_ARGS[SFT_ARGS.index("--batch-size") + 1])
+    return RFT_EPOCHS * -(-rows // batch)
+
+
 def rft_parent(out: Path) -> Path | None:
     """The engineer RFT continues: the SFT+GRPO engineer (None before it is trained)."""
     return grpo_engineer(out)
 
 
-def rft_engineer(out: Path) -> Path | None:
+def rft_engineer(out: Path, envs: list[str] | None = None) -> Path | None:
     """The RFT engineer of the current parent (`rft_parent`): published here from this run's
-    RFT dataset, else the committed one if it continued the same weights on the same rows for
-    RFT_EPOCHS; None otherwise."""
+    RFT dataset with rft_steps and SFT_ARGS' learning rate, else the committed one if it
+    continued the same weights for RFT_EPOCHS on the committed rows of its envs (of `envs`
+    exactly, when given: the rft stage asks for an engineer of its own envs); None otherwise."""
     from harness_r1.trainer.model_io import file_sha256
     from harness_r1.trainer.versions import list_versions, read_metadata
 
     parent = rft_parent(out)
     if parent is None:
         return None
+    parent_sha = weights_sha(parent)
     dataset = out / "engineer-rft.jsonl"
     if dataset.exists():
-        sha, parent_sha = file_sha256(dataset), weights_sha(parent)
+        sha, steps = file_sha256(dataset), rft_steps(len(trajectories(dataset)))
+        rate = float(SFT_ARGS[SFT_ARGS.index("--learning-rate") + 1])
         for version in reversed(list_versions(out / "rft")):  # the latest first
             meta = read_metadata(version)
             continued = Path(meta.get("parent_path") or "")
             if (
                 meta.get("dataset", {}).get("sha256") == sha
+                and meta.get("steps") == steps
+                and meta.get("settings", {}).get("learning_rate") == rate
                 and (continued / "adapter_model.safetensors").exists()
                 and weights_sha(continued) == parent_sha
             ):
@@ -1275,8 +1289,9 @@ def rft_engineer(out: Path) -> Path | None:
         return None
     meta = json.loads(lineage.read_text())
     same = (
-        meta["parent_weights"] == weights_sha(parent)
+        meta["parent_weights"] == parent_sha
         and meta["epochs"] == RFT_EPOCHS
+        and (envs is None or sorted(meta["envs"]) == sorted(envs))
         and meta["rows_digest"] == committed_rft_digest(tuple(meta["envs"]))
     )
     return COMMITTED_RFT if same else None
@@ -1292,27 +1307,31 @@ def rft_envs(version: Path) -> list[str] | None:
     return envs
 
 
-def stage_rft(envs: list[str], out: Path, log: Path) -> Path:
+def stage_rft(envs: list[str], out: Path, log: Path) -> Path | None:
     """RFT: the envs' cold starts (restored from the committed rows, or run), their improving
-    rows (`rft_selection`), and `train sft` from a copy of the SFT+GRPO engineer for
-    RFT_EPOCHS over them (resumable by its run key); the result is committed with its lineage."""
+    rows (`rft_selection`), and `train sft` from a copy of the SFT+GRPO engineer for rft_steps
+    over them (resumable by its run key); the result is committed with its lineage (not under
+    `--target-policy`). None, said why, before GRPO has finished or without an improving row."""
     parent = rft_parent(out)
-    assert parent is not None, "train the SFT+GRPO engineer first (stage grpo)"
+    if parent is None:
+        print("RFT: no SFT+GRPO engineer yet (stage grpo) to continue")
+        return None
     for env in envs:
         stage_coldstart(env, out, log)
     dataset = rft_dataset(envs, out)
     rows = len(trajectories(dataset))
-    assert rows, f"no improving cold-start row in {envs}"
-    version = rft_engineer(out)
+    if not rows:
+        print(f"RFT: no cold-start row of {envs} beat the incumbent: nothing to teach")
+        return None
+    version = rft_engineer(out, envs)
     if version is None:
         copy = out / "rft-parents" / weights_sha(parent)[:12]
         if not copy.exists():
             copy.parent.mkdir(parents=True, exist_ok=True)
             copy_whole(parent, copy)
-        batch = int(SFT_ARGS[SFT_ARGS.index("--batch-size") + 1])
         run([HR, "train", "sft", str(dataset), "--out", str(out / "rft"), "--adapter", str(copy),
-             "--max-steps", str(RFT_EPOCHS * -(-rows // batch)), *SFT_ARGS], log)  # fmt: skip
-        version = rft_engineer(out)
+             "--max-steps", str(rft_steps(rows)), *SFT_ARGS], log)  # fmt: skip
+        version = rft_engineer(out, envs)
     assert version is not None, "train sft published no version for the RFT rows"
     commit_rft(version, parent, dataset, envs)
     return version
@@ -1328,7 +1347,7 @@ def commit_rft(version: Path, parent: Path, dataset: Path, envs: list[str]) -> N
 
     def note_lineage(copy: Path) -> None:
         lineage = {"parent_weights": weights_sha(parent), "rows_digest": rows_digest(dataset),
-                   "epochs": RFT_EPOCHS, "envs": envs}  # fmt: skip
+                   "epochs": RFT_EPOCHS, "envs": sorted(envs)}  # fmt: skip
         (copy / "lineage.json").write_text(json.dumps(lineage, indent=2) + "\n")
 
     shutil.rmtree(COMMITTED_RFT, ignore_errors=True)
@@ -1734,7 +1753,9 @@ def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...])
 
 
 def final_engineer(out: Path) -> str | None:
-    """The most trained engineer: the ablation's and the transfer's subject."""
+    """The most trained engineer of the SFT -> GRPO line: the subject of the ablation, the
+    transfer and the coevolution (the RFT engineer came after they were measured, and is not
+    theirs)."""
     return next((n for n in ("grpo", "sft") if engineer_args(n, out) is not None), None)
 
 
@@ -2101,16 +2122,16 @@ def template_counts(report: dict[str, Any]) -> dict[str, dict[str, int]]:
     return {kind: dict(sorted(named.items())) for kind, named in counts.items()}
 
 
-def run_reach(envs: list[str], out: Path, log: Path) -> None:
-    """What the trained engineers can sample at all: the SFT and the SFT+GRPO engineer on the
-    env's held-out packets, REACH_SAMPLING (K=16 at temperature 1.0), validity only, counted
+def run_reach(envs: list[str], out: Path, log: Path, names: tuple[str, ...]) -> None:
+    """What the trained engineers of `names` (SFT, SFT+GRPO, RFT) can sample at all on the
+    env's held-out packets: REACH_SAMPLING (K=16 at temperature 1.0), validity only, counted
     by template. A call no sample names valid is one GRPO's reward cannot reach (issue 20:
     ALFWorld's winning `alfworld_take_place`, which the teacher finds and the engineers do
-    not write at temperature 0.2)."""
+    not write at temperature 0.2). Merges per engineer into the committed results."""
     results: dict[str, dict[str, Any]] = {}
     for env in envs:
         results[env] = {}
-        for name in ("sft", "grpo"):
+        for name in (n for n in ("sft", "grpo", "rft") if n in names):
             args = engineer_args(name, out)
             if args is None:
                 continue
@@ -2137,8 +2158,10 @@ def run_reach(envs: list[str], out: Path, log: Path) -> None:
             }
             print(f"{env} {name}: {summary['valid']}/{summary['proposals']} valid, "
                   f"{results[env][name]['valid_by_template']}")  # fmt: skip
-    earlier = committed_results("results-reach.json")
-    keep_results("results-reach.json", {**earlier, **results}, out)
+    merged = committed_results("results-reach.json")
+    for env, found in results.items():
+        merged[env] = {**merged.get(env, {}), **found}
+    keep_results("results-reach.json", merged, out)
 
 
 def main() -> None:
@@ -2156,7 +2179,7 @@ def main() -> None:
     parser.add_argument(
         "--engineers",
         default=",".join(ENGINEERS),
-        help="The engineers stage's rows, a subset of: " + ", ".join(ENGINEERS),
+        help="The engineers (and reach) stage's rows, a subset of: " + ", ".join(ENGINEERS),
     )
     parser.add_argument(
         "--sampling-packets",
@@ -2187,6 +2210,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
     envs = args.envs.split(",")
+    names = tuple(n for n in ENGINEERS if n in args.engineers.split(","))
     for stage in stages:
         if stage == "baselines":
             run_baselines(envs, args.out, log, args.teacher or args.stages == "all")
@@ -2211,9 +2235,8 @@ def main() -> None:
         elif stage == "coevolution":
             run_coevolution(envs, args.out, log)
         elif stage == "reach":
-            run_reach(envs, args.out, log)
+            run_reach(envs, args.out, log, names)
         else:
-            names = tuple(n for n in ENGINEERS if n in args.engineers.split(","))
             run_engineers(envs, args.out, log, names)
 
 

@@ -292,3 +292,49 @@ def test_the_committed_rft_engineer_continues_the_committed_grpo_engineer(
     assert meta["parent_weights"] == bench.weights_sha(bench.COMMITTED_GRPO)
     assert meta["epochs"] == bench.RFT_EPOCHS
     assert meta["rows_digest"] == bench.committed_rft_digest(tuple(meta["envs"]))
+
+
+def test_the_committed_rft_engineer_serves_only_its_own_envs(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """The table takes the committed RFT engineer whatever envs it was taught; the rft stage
+    asked for other envs' rows trains its own instead of taking it."""
+    lineage = bench.COMMITTED_RFT / "lineage.json"
+    if not lineage.exists():
+        return
+    envs = json.loads(lineage.read_text())["envs"]
+    assert bench.rft_engineer(tmp_path) == bench.COMMITTED_RFT
+    assert bench.rft_engineer(tmp_path, list(reversed(envs))) == bench.COMMITTED_RFT
+    assert bench.rft_engineer(tmp_path, [*envs, "dbbench"]) is None
+
+
+def test_a_local_rft_version_counts_only_for_the_steps_asked_now(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """A version published here from the same rows and parent, but trained for another number
+    of steps or at another learning rate (RFT_EPOCHS or SFT_ARGS changed since), is not the
+    RFT engineer: the committed one (or a new run) is."""
+    from harness_r1.trainer.model_io import file_sha256
+
+    dataset = tmp_path / "engineer-rft.jsonl"
+    dataset.write_text('{"row": 1}\n{"row": 2}\n{"row": 3}\n')
+    version = tmp_path / "rft" / "engineer" / "v0001"
+    version.mkdir(parents=True)
+    rate = float(bench.SFT_ARGS[bench.SFT_ARGS.index("--learning-rate") + 1])
+
+    def publish(steps: int, learning_rate: float) -> None:
+        meta = {
+            "dataset": {"sha256": file_sha256(dataset)},
+            "steps": steps,
+            "settings": {"learning_rate": learning_rate},
+            "parent_path": str(bench.rft_parent(tmp_path)),
+        }
+        (version / "metadata.json").write_text(json.dumps(meta))
+
+    publish(bench.rft_steps(3), rate)
+    assert bench.rft_engineer(tmp_path) == version
+    fallback = bench.COMMITTED_RFT if (bench.COMMITTED_RFT / "lineage.json").exists() else None
+    publish(bench.rft_steps(3) + 1, rate)
+    assert bench.rft_engineer(tmp_path) == fallback
+    publish(bench.rft_steps(3), rate * 2)
+    assert bench.rft_engineer(tmp_path) == fallback
