@@ -1260,8 +1260,10 @@ def rft_parent(out: Path) -> Path | None:
 def rft_engineer(out: Path, envs: list[str] | None = None) -> Path | None:
     """The RFT engineer of the current parent (`rft_parent`): published here from this run's
     RFT dataset with rft_steps and SFT_ARGS' learning rate, else the committed one if it
-    continued the same weights for RFT_EPOCHS on the committed rows of its envs (of `envs`
-    exactly, when given: the rft stage asks for an engineer of its own envs); None otherwise."""
+    continued the same weights for RFT_EPOCHS on the rows the committed cold start of `envs`
+    gives (its own envs when None: the table takes it whatever it was taught; the rft stage
+    only for the rows it would teach, so an env without an improving row changes nothing);
+    None otherwise."""
     from harness_r1.trainer.model_io import file_sha256
     from harness_r1.trainer.versions import list_versions, read_metadata
 
@@ -1291,8 +1293,8 @@ def rft_engineer(out: Path, envs: list[str] | None = None) -> Path | None:
     same = (
         meta["parent_weights"] == parent_sha
         and meta["epochs"] == RFT_EPOCHS
-        and (envs is None or sorted(meta["envs"]) == sorted(envs))
-        and meta["rows_digest"] == committed_rft_digest(tuple(meta["envs"]))
+        and meta["rows_digest"]
+        == committed_rft_digest(tuple(meta["envs"] if envs is None else envs))
     )
     return COMMITTED_RFT if same else None
 
@@ -1985,8 +1987,7 @@ def run_headroom(envs: list[str], out: Path, log: Path) -> None:
 
 STAGES = (
     "baselines", "deployed", "coldstart", "sft", "sampling", "grpo", "rft", "engineers",
-    "headroom",
-    "ablation", "transfer", "coevolution", "reach",
+    "headroom", "ablation", "transfer", "coevolution", "reach",
 )  # fmt: skip
 #: the sampling sweep (stage "sampling"): the SFT engineer's held-out validity per temperature
 SWEEP_TEMPERATURES = (0.0, 0.2, 0.5)
