@@ -1157,11 +1157,12 @@ def grpo_engineer(out: Path) -> Path | None:
     return None
 
 
-def grpo_envs(version: Path) -> list[str] | None:
-    """The envs whose packets the GRPO engineer `version` was trained on, from the committed
-    engineer's lineage when `version` has its weights (None: not known here)."""
-    lineage = COMMITTED_GRPO / "lineage.json"
-    if not lineage.exists() or weights_sha(version) != weights_sha(COMMITTED_GRPO):
+def lineage_envs(version: Path, committed: Path) -> list[str] | None:
+    """The envs a trained engineer `version` learned from (a GRPO engineer's packets, an RFT
+    engineer's rows), from the lineage of the `committed` engineer when `version` has its
+    weights (None: not known here)."""
+    lineage = committed / "lineage.json"
+    if not lineage.exists() or weights_sha(version) != weights_sha(committed):
         return None
     envs: list[str] = json.loads(lineage.read_text())["envs"]
     return envs
@@ -1297,16 +1298,6 @@ def rft_engineer(out: Path, envs: list[str] | None = None) -> Path | None:
         == committed_rft_digest(tuple(meta["envs"] if envs is None else envs))
     )
     return COMMITTED_RFT if same else None
-
-
-def rft_envs(version: Path) -> list[str] | None:
-    """The envs whose improving rows the RFT engineer `version` was taught, from the committed
-    engineer's lineage when `version` has its weights (None: not known here)."""
-    lineage = COMMITTED_RFT / "lineage.json"
-    if not lineage.exists() or weights_sha(version) != weights_sha(COMMITTED_RFT):
-        return None
-    envs: list[str] = json.loads(lineage.read_text())["envs"]
-    return envs
 
 
 def stage_rft(envs: list[str], out: Path, log: Path) -> Path | None:
@@ -1462,9 +1453,9 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
     }
     row["mean_delta_ci"] = mean_interval(row["deltas"])
     if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
-        row["grpo_envs"] = grpo_envs(Path(args[args.index("--adapter") + 1]))
+        row["grpo_envs"] = lineage_envs(Path(args[args.index("--adapter") + 1]), COMMITTED_GRPO)
     if name == "rft":  # whose improving rows it was taught
-        row["rft_envs"] = rft_envs(Path(args[args.index("--adapter") + 1]))
+        row["rft_envs"] = lineage_envs(Path(args[args.index("--adapter") + 1]), COMMITTED_RFT)
     after = heldout_runs(env, out, log)
     patch = None
     if promoted:
