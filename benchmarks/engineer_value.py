@@ -140,6 +140,11 @@ GRPO_ARGS = ["-k", "4", "--max-steps", "100", "--num-iterations", "4", "--temper
              "--target-steps", TARGET[1], "--history-turns", TARGET[3], "--cpu-bf16"]  # fmt: skip
 
 
+def option_value(args: list[str], name: str) -> str:
+    """The value after option `name` in a command's argument list (ValueError without it)."""
+    return args[args.index(name) + 1]
+
+
 def grpo_args() -> list[str]:
     """`train grpo online`'s options: GRPO_ARGS and the target's policy (a GRPO run against
     another target is another run: its lineage differs)."""
@@ -702,6 +707,17 @@ def committed_rows_digest(envs: tuple[str, ...] = DEFAULT_ENVS) -> str:
     default order, each completion in the current format under the current lean system
     prompt), computed without the restore: the rows' completions are committed, only their
     user messages need the regenerated runs."""
+    return taught_digest([(env, row) for env in envs for row in committed_coldstart(env)])
+
+
+def committed_coldstart(env: str) -> list[dict[str, Any]]:
+    """The env's committed cold-start rows (completions and metadata, no prompts)."""
+    return trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl")
+
+
+def taught_digest(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """`rows_digest` of (env, committed row) pairs as a dataset would teach them: each
+    completion in the current format under the env's current lean system prompt."""
     from harness_r1.trainer.prompt import PromptConfig, system_prompt
 
     return _rows_digest(
@@ -710,8 +726,7 @@ def committed_rows_digest(envs: tuple[str, ...] = DEFAULT_ENVS) -> str:
                 system_prompt(env, config=PromptConfig(lean=True)),
                 current_format(row["completion"], env),
             )
-            for env in envs
-            for row in trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl")
+            for env, row in rows
         ]
     )
 
@@ -763,11 +778,15 @@ def parent_steps(version: Path) -> int:
 
 
 def sft_steps_planned(dataset: Path) -> int:
-    """Optimizer steps of the SFT engineer: WARM_START's, then SFT_EPOCHS over `dataset`
-    (rows / batch, rounded up, an epoch)."""
-    batch = int(SFT_ARGS[SFT_ARGS.index("--batch-size") + 1])
-    rows = len(trajectories(dataset))
-    return warm_steps() + SFT_EPOCHS * -(-rows // batch)
+    """Optimizer steps of the SFT engineer: WARM_START's, then SFT_EPOCHS over `dataset`."""
+    return warm_steps() + epoch_steps(len(trajectories(dataset)), SFT_EPOCHS)
+
+
+def epoch_steps(rows: int, epochs: int) -> int:
+    """Optimizer steps of `epochs` passes over `rows` rows at SFT_ARGS' batch size (rows /
+    batch, rounded up, an epoch)."""
+    batch = int(option_value(SFT_ARGS, "--batch-size"))
+    return epochs * -(-rows // batch)
 
 
 def warm_steps() -> int:
@@ -1231,26 +1250,12 @@ def rft_dataset(envs: list[str], out: Path) -> Path:
 def committed_rft_digest(envs: tuple[str, ...]) -> str:
     """`rows_digest` of the RFT dataset a restore of the committed rows of `envs` would give,
     computed without the restore (as `committed_rows_digest`)."""
-    from harness_r1.trainer.prompt import PromptConfig, system_prompt
-
-    committed = {
-        env: trajectories(COMMITTED / "coldstart" / f"{env}-rows.jsonl") for env in sorted(envs)
-    }
-    return _rows_digest(
-        [
-            (
-                system_prompt(env, config=PromptConfig(lean=True)),
-                current_format(row["completion"], env),
-            )
-            for env, row in rft_selection(committed)
-        ]
-    )
+    return taught_digest(rft_selection({env: committed_coldstart(env) for env in sorted(envs)}))
 
 
 def rft_steps(rows: int) -> int:
-    """RFT's optimizer steps over `rows` rows: RFT_EPOCHS epochs at SFT_ARGS' batch size."""
-    batch = int(SFT_ARGS[SFT_ARGS.index("--batch-size") + 1])
-    return RFT_EPOCHS * -(-rows // batch)
+    """RFT's optimizer steps over `rows` rows: RFT_EPOCHS epochs (`epoch_steps`)."""
+    return epoch_steps(rows, RFT_EPOCHS)
 
 
 def rft_parent(out: Path) -> Path | None:
@@ -1275,7 +1280,7 @@ def rft_engineer(out: Path, envs: list[str] | None = None) -> Path | None:
     dataset = out / "engineer-rft.jsonl"
     if dataset.exists():
         sha, steps = file_sha256(dataset), rft_steps(len(trajectories(dataset)))
-        rate = float(SFT_ARGS[SFT_ARGS.index("--learning-rate") + 1])
+        rate = float(option_value(SFT_ARGS, "--learning-rate"))
         for version in reversed(list_versions(out / "rft")):  # the latest first
             meta = read_metadata(version)
             continued = Path(meta.get("parent_path") or "")
@@ -1369,7 +1374,7 @@ def engineer_files(env: str, name: str, out: Path, args: list[str]) -> dict[str,
     retrained engineer runs again) and for a model engineer by its prompt (the untrained one
     has no weights of its own: session 17's template menu changed what it reads); the sampling
     in the report's name."""
-    temperature = TABLE_SAMPLING[TABLE_SAMPLING.index("--temperature") + 1]
+    temperature = option_value(TABLE_SAMPLING, "--temperature")
     stem = f"{env}-{name}-{engineer_tag(env, out, args)}"
     return {
         "report": out / "engineers" / f"{stem}-t{temperature}.json",
@@ -1406,9 +1411,7 @@ def engineer_prompt_sha(env: str, args: list[str]) -> str | None:
 
 def adapter_weights(args: list[str]) -> str | None:
     """The first 12 hex digits of the weights of the adapter `args` run (None: no adapter)."""
-    return (
-        weights_sha(Path(args[args.index("--adapter") + 1]))[:12] if "--adapter" in args else None
-    )
+    return weights_sha(Path(option_value(args, "--adapter")))[:12] if "--adapter" in args else None
 
 
 def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | None:
@@ -1452,10 +1455,11 @@ def engineer_row(env: str, name: str, out: Path, log: Path) -> dict[str, Any] | 
         "target_dtype": report.get("target_dtype") or target_dtype(),
     }
     row["mean_delta_ci"] = mean_interval(row["deltas"])
-    if name == "grpo":  # which envs' packets it was trained on: another env's row is transfer
-        row["grpo_envs"] = lineage_envs(Path(args[args.index("--adapter") + 1]), COMMITTED_GRPO)
-    if name == "rft":  # whose improving rows it was taught
-        row["rft_envs"] = lineage_envs(Path(args[args.index("--adapter") + 1]), COMMITTED_RFT)
+    # which envs' packets (GRPO) or improving rows (RFT) it learned from: another env's row is
+    # transfer
+    committed = {"grpo": COMMITTED_GRPO, "rft": COMMITTED_RFT}.get(name)
+    if committed is not None:
+        row[f"{name}_envs"] = lineage_envs(Path(option_value(args, "--adapter")), committed)
     after = heldout_runs(env, out, log)
     patch = None
     if promoted:
@@ -2127,8 +2131,8 @@ def run_reach(envs: list[str], out: Path, log: Path, names: tuple[str, ...]) -> 
             args = engineer_args(name, out)
             if args is None:
                 continue
-            k = REACH_SAMPLING[REACH_SAMPLING.index("-k") + 1]
-            temperature = REACH_SAMPLING[REACH_SAMPLING.index("--temperature") + 1]
+            k = option_value(REACH_SAMPLING, "-k")
+            temperature = option_value(REACH_SAMPLING, "--temperature")
             tag = engineer_tag(env, out, args)
             path = out / "reach" / f"{env}-{name}-{tag}-k{k}-t{temperature}.json"
             if not path.exists():
