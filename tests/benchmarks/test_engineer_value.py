@@ -257,6 +257,13 @@ def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> Non
     }
 
 
+def table_has_rft_rows(bench: ModuleType) -> bool:
+    """Whether the committed table reports an RFT engineer: then its adapter and lineage must
+    be committed (a test that returned early on a missing lineage could never fail)."""
+    table = json.loads((bench.COMMITTED / "results-engineers.json").read_text())
+    return any(row["engineer"] == "rft" for rows in table.values() for row in rows)
+
+
 def test_rft_keeps_the_improving_rows_each_env_weighted_like_the_largest(
     bench: ModuleType,
 ) -> None:
@@ -284,9 +291,10 @@ def test_the_committed_rft_engineer_continues_the_committed_grpo_engineer(
 ) -> None:
     """An RFT engineer in the repository continued the committed SFT+GRPO engineer on the
     committed rows' improving ones (`rft_engineer` would ignore it otherwise: retrain it with
-    `--stages rft`). Before RFT has run there is nothing to check."""
+    `--stages rft`). Once the committed table has rft rows the engineer must be there; before
+    RFT has run there is nothing to check."""
     lineage = bench.COMMITTED_RFT / "lineage.json"
-    if not lineage.exists():
+    if not table_has_rft_rows(bench):
         return
     meta = json.loads(lineage.read_text())
     assert meta["parent_weights"] == bench.weights_sha(bench.COMMITTED_GRPO)
@@ -301,7 +309,7 @@ def test_the_committed_rft_engineer_serves_the_rft_stage_only_for_its_rows(
     takes it for envs whose improving rows are the ones it was taught (DBBench has none, so
     adding it changes nothing), and trains its own for other rows."""
     lineage = bench.COMMITTED_RFT / "lineage.json"
-    if not lineage.exists():
+    if not table_has_rft_rows(bench):
         return
     envs = json.loads(lineage.read_text())["envs"]
     assert bench.rft_engineer(tmp_path) == bench.COMMITTED_RFT
@@ -322,7 +330,7 @@ def test_a_local_rft_version_counts_only_for_the_steps_asked_now(
     dataset.write_text('{"row": 1}\n{"row": 2}\n{"row": 3}\n')
     version = tmp_path / "rft" / "engineer" / "v0001"
     version.mkdir(parents=True)
-    rate = float(bench.SFT_ARGS[bench.SFT_ARGS.index("--learning-rate") + 1])
+    rate = float(bench.option_value(bench.SFT_ARGS, "--learning-rate"))
 
     def publish(steps: int, learning_rate: float) -> None:
         meta = {
