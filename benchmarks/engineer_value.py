@@ -145,10 +145,23 @@ def option_value(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
 
+#: `--grpo-steps`, once at the entry point (`use_grpo_steps`): GRPO's optimizer steps when not
+#: GRPO_ARGS' 100, e.g. the coevolution retrain, which a session cannot hold at 100 steps
+GRPO_STEPS: list[int] = []
+
+
 def grpo_args() -> list[str]:
-    """`train grpo online`'s options: GRPO_ARGS and the target's policy (a GRPO run against
-    another target is another run: its lineage differs)."""
-    return [*GRPO_ARGS, *TARGET_POLICY]
+    """`train grpo online`'s options: GRPO_ARGS (its steps replaced by `--grpo-steps`) and the
+    target's policy (a GRPO run against another target or for other steps is another run: its
+    lineage differs)."""
+    args = list(GRPO_ARGS)
+    if GRPO_STEPS:
+        args[args.index("--max-steps") + 1] = str(GRPO_STEPS[0])
+    return [*args, *TARGET_POLICY]
+
+
+def use_grpo_steps(steps: int | None) -> None:
+    GRPO_STEPS[:] = [] if steps is None else [steps]
 
 
 def use_target_policy(policy: str | None) -> None:
@@ -461,6 +474,8 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     runs = out / f"{env}-train-incumbent.jsonl"
     target_runs(env, train, COLDSTART_TASKS[env], SEED, on, runs, log)
     folder = out / f"{env}-engineer-coldstart"
+    if TARGET_POLICY and not (folder / "stats.json").exists():
+        packets_only(env, out, runs)
     if not (folder / "stats.json").exists() and not restore_coldstart(env, out, runs):
         run([HR, "train", "coldstart", str(runs), "--env", env, "--split", train,
              "--out", str(folder), "-k", str(K), "--batch-size", str(BATCH), *on,
@@ -473,7 +488,8 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     stats = json.loads((folder / "stats.json").read_text())
     if not stats.get("restored"):
         export_coldstart(env, out, canaried)
-    kept = trajectories(folder / "dataset.jsonl")
+    dataset = folder / "dataset.jsonl"
+    kept = trajectories(dataset) if dataset.exists() else []  # none: `packets_only`
     deltas = [row["metadata"]["delta_success"] for row in kept]
     return {
         "train_runs_under_incumbent": rate(runs),
@@ -539,17 +555,10 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
         print(f"{env}: the committed cold start was canaried against another incumbent "
               f"({sorted(map(str, against))}): it runs again")  # fmt: skip
         return False
-    from harness_r1.cli.jobs.canary import load_incumbent
-    from harness_r1.envs.data import default_data_root
     from harness_r1.trainer.coldstart import packet_row
-    from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
     from harness_r1.trainer.prompt import PromptConfig, engineer_messages
 
-    on = [Path(p) for p in incumbent_on(env, out)[1::2]]
-    root = default_data_root()
-    assert root is not None
-    config = SourceConfig(batch_size=BATCH, incumbent=load_incumbent(on, env))
-    sources = sources_from_runs([runs], env, SPLITS[env][0], root, config)
+    sources = training_sources(env, out, runs)
     rows, missing, how = [], 0, Counter[str]()
     used: dict[str, Any] = {}
     for row in committed_rows:
@@ -574,6 +583,39 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     print(f"{env}: restored {len(rows)} rows of {len(used)} packets ({missing} not rebuilt; "
           f"matched by {dict(how)})")  # fmt: skip
     return True
+
+
+def training_sources(env: str, out: Path, runs: Path) -> list[Any]:
+    """The packet sources `train coldstart` would draw from `runs` (the training runs under the
+    incumbent): their failures in packets of BATCH, each with its canary batch and incumbent."""
+    from harness_r1.cli.jobs.canary import load_incumbent
+    from harness_r1.envs.data import default_data_root
+    from harness_r1.trainer.coldstart_sources import SourceConfig, sources_from_runs
+
+    on = [Path(p) for p in incumbent_on(env, out)[1::2]]
+    root = default_data_root()
+    assert root is not None
+    config = SourceConfig(batch_size=BATCH, incumbent=load_incumbent(on, env))
+    return sources_from_runs([runs], env, SPLITS[env][0], root, config)
+
+
+def packets_only(env: str, out: Path, runs: Path) -> None:
+    """The cold start against another target (`--target-policy`): its failures' packets for
+    GRPO, without the teacher's proposals and their canary. The engineer retrained against
+    that target starts from the committed SFT engineer, "from the same cold start" (issue 20):
+    its rows stand, so a teacher round against the new target would teach nothing and cost
+    ~15-50 min an env. Writes packets.jsonl and stats.json (`packets_only`), no dataset."""
+    from harness_r1.trainer.coldstart import packet_row
+
+    sources = training_sources(env, out, runs)
+    folder = out / f"{env}-engineer-coldstart"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "packets.jsonl").write_text(
+        "".join(json.dumps(packet_row(s)) + "\n" for s in sources)
+    )
+    stats = {"packets_only": True, "packets": len(sources), "target": TARGET_POLICY}
+    (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"{env}: {len(sources)} packets of the target's failures, no teacher round")
 
 
 def packet_of(meta: dict[str, Any], sources: list[Any]) -> tuple[str, Any]:
@@ -2191,6 +2233,13 @@ def main() -> None:
         "checkpoint for the next run to continue.",
     )
     parser.add_argument(
+        "--grpo-steps",
+        type=int,
+        default=None,
+        help="The GRPO stage's optimizer steps (default: GRPO_ARGS', 100); another count is "
+        "another engineer (the committed one serves only for 100).",
+    )
+    parser.add_argument(
         "--target-policy",
         default=None,
         help="The target every stage runs (`--policy` of harness-r1's commands): default the "
@@ -2199,6 +2248,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     use_target_policy(args.target_policy)
+    use_grpo_steps(args.grpo_steps)
     stages = list(STAGES) if args.stages == "all" else args.stages.split(",")
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:

@@ -348,3 +348,74 @@ def test_a_local_rft_version_counts_only_for_the_steps_asked_now(
     assert bench.rft_engineer(tmp_path) == fallback
     publish(bench.rft_steps(3), rate * 2)
     assert bench.rft_engineer(tmp_path) == fallback
+
+
+def test_other_grpo_steps_are_another_engineer(bench: ModuleType, tmp_path: Path) -> None:
+    """`--grpo-steps` reaches `train grpo online` and the lineage it is compared by, so the
+    committed 100-step engineer does not serve a run asked for another count."""
+    default = bench.grpo_args()
+    assert bench.option_value(default, "--max-steps") == "100"
+    assert bench.grpo_engineer(tmp_path) == bench.COMMITTED_GRPO
+    try:
+        bench.use_grpo_steps(24)
+        assert bench.grpo_args() == [*default[:3], "24", *default[4:]]
+        assert bench.grpo_engineer(tmp_path) is None
+        assert bench.carried_grpo(bench.COMMITTED_SFT, ["webshop", "alfworld"]) is None
+    finally:
+        bench.use_grpo_steps(None)
+    assert bench.grpo_args() == default
+
+
+@pytest.mark.integration
+def test_a_cold_start_against_another_target_gives_packets_only(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """Against another target (the tuned one) the cold start gives GRPO the packets of that
+    target's failures, canaried against the env's incumbent, train-only, with no teacher round:
+    the engineer starts from the committed SFT engineer, the same cold start. Real DBBench
+    episodes under the committed incumbent (in the isolated sandbox, as `eval --on` runs it) of
+    a test double standing in for the target (it answers junk: every task fails)."""
+    from harness_r1.cli.jobs.canary import load_incumbent
+    from harness_r1.daemon.settings import Settings
+    from harness_r1.envs import get_suite
+    from harness_r1.harness import EpisodeSpec, HarnessRuntime, RunConfig
+    from harness_r1.harness.policies import ScriptedPolicy
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+
+    root = Settings().data_root()
+    suite = get_suite("dbbench")
+    tasks = suite.load_tasks(root, "standard")[:8]
+    incumbent = load_incumbent([Path(bench.incumbent_on("dbbench", tmp_path)[1])], "dbbench")
+    hooks = IsolatedHooks(incumbent.patch, SandboxConfig(), overlay_id=incumbent.overlay_id)
+    runtime = HarnessRuntime(suite, ScriptedPolicy(lambda _: "junk"), root, RunConfig(max_steps=2))
+    try:
+        episodes = runtime.run(
+            [
+                EpisodeSpec(task=t, seed=i, hooks=hooks, trajectory_id=f"t{i}")
+                for i, t in enumerate(tasks)
+            ]  # fmt: skip
+        )
+    finally:
+        runtime.close()
+        hooks.close()
+    runs = tmp_path / "dbbench-train-incumbent.jsonl"
+    runs.write_text("".join(t.model_dump_json() + "\n" for t in episodes))
+    try:
+        bench.use_target_policy(str(tmp_path / "tuned"))
+        bench.packets_only("dbbench", tmp_path, runs)
+        folder = tmp_path / "dbbench-engineer-coldstart"
+        stats = json.loads((folder / "stats.json").read_text())
+        assert stats == {"packets_only": True, "packets": 2, "target": bench.TARGET_POLICY}
+        assert not (folder / "dataset.jsonl").exists()
+        rows = bench.trajectories(folder / "packets.jsonl")
+        assert sorted(t for row in rows for t in row["task_ids"]) == sorted(
+            t.task_id for t in tasks
+        )
+        bench.assert_packets_train_only("dbbench", folder)
+        assert (
+            bench.canaried_digest(folder) == bench.incumbent_digest("dbbench", tmp_path) != "base"
+        )
+        packets = bench.grpo_packets(["dbbench"], tmp_path)
+        assert bench.packet_ids(packets) == [row["packet_id"] for row in rows]
+    finally:
+        bench.use_target_policy(None)
