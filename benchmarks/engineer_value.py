@@ -171,10 +171,22 @@ def use_target_policy(policy: str | None) -> None:
 
 
 def published(out: Path) -> tuple[Path, ...]:
-    """Where a stage's results go: DIR, and the repository (COMMITTED) for the embedded
-    SmolLM2 target only. A run against another target (`--target-policy`) keeps everything in
-    DIR: the committed cold start, engineers and table are SmolLM2's."""
-    return (out,) if TARGET_POLICY else (out, COMMITTED)
+    """Where a stage's results go: DIR, and the repository's results for the target
+    (`results_home`)."""
+    home = results_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return (out, home)
+
+
+def results_home() -> Path:
+    """The repository's folder for the results (counts, rates, plots) of runs against the
+    target: COMMITTED for the embedded SmolLM2, else a folder of its own named by the target
+    (`--target-policy`: a model name, or a checkpoint's last two path parts, e.g. the
+    coevolution stage's `against-target-DIGEST-tuned-v0001`), so another target's table never
+    merges into SmolLM2's. Engineers and cold-start rows are committed for SmolLM2 only."""
+    if not TARGET_POLICY:
+        return COMMITTED
+    return COMMITTED / ("against-" + "-".join(Path(TARGET_POLICY[1]).parts[-2:]))
 
 
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
@@ -1750,9 +1762,10 @@ def keep_results(name: str, results: Any, out: Path) -> None:
 
 def committed_results(name: str) -> dict[str, Any]:
     """A stage's committed results (empty before its first run): a run over some envs or
-    engineers merges into them rather than dropping the others' rows."""
-    path = COMMITTED / name
-    return json.loads(path.read_text()) if path.exists() and not TARGET_POLICY else {}
+    engineers merges into them rather than dropping the others' rows; those of the target the
+    run is against (`results_home`)."""
+    path = results_home() / name
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def merged_engineer_rows(

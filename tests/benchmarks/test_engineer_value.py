@@ -159,12 +159,16 @@ def test_another_targets_run_keeps_its_results_out_of_the_repository(
     bench: ModuleType, tmp_path: Path
 ) -> None:
     """The committed cold start, engineers and table are SmolLM2's: a run against the tuned
-    target neither overwrites nor merges into them, nor restores SmolLM2's canaried rows."""
+    target neither overwrites nor merges into them, nor restores SmolLM2's canaried rows; its
+    results go to a folder of their own, named by the target."""
     assert bench.published(tmp_path) == (tmp_path, bench.COMMITTED)
     assert bench.committed_results("results-engineers.json")
     try:
-        bench.use_target_policy(str(tmp_path / "tuned"))
-        assert bench.published(tmp_path) == (tmp_path,)
+        bench.use_target_policy(str(tmp_path / "target-abc" / "tuned-v0001"))
+        home = bench.COMMITTED / "against-target-abc-tuned-v0001"
+        assert bench.results_home() == home
+        assert bench.published(tmp_path) == (tmp_path, home)
+        home.rmdir()  # published made it; nothing is written here
         assert bench.committed_results("results-engineers.json") == {}
         assert bench.restore_coldstart("webshop", tmp_path, tmp_path / "runs.jsonl") is False
         assert bench.export_coldstart("webshop", tmp_path, "digest") == 0
