@@ -5,13 +5,15 @@
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart --envs webshop   # packets
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart,grpo,engineers \
         --target-policy runs/engineer-value/coevolution/target-DIGEST/tuned-v0001 \
-        --out runs/ev-tuned
+        --out runs/ev-tuned [--envs webshop --grpo-steps 40]
 
 A cold start of some envs gives their packets (GRPO on them) but no SFT dataset, which is always
 all three envs. `--target-policy` runs every stage against another target: above, the
 coevolution stage's tuned checkpoint, the paper's engineer retrained against the tuned target
 "from the same cold start" (the committed SFT engineer; the cold start against the tuned
-target gives GRPO its packets).
+target is packets only, its failures, which GRPO trains on: no teacher round). Its results
+go to a repository folder of their own (`results_home`: against-target-DIGEST-tuned-v0001/).
+`--grpo-steps` sets GRPO's optimizer steps where a session cannot hold GRPO_ARGS' 100.
 
 Every step is a `harness-r1` command (printed, and kept with its wall time in DIR/commands.log).
 Stages, per env (ALFWorld train / valid_seen, DBBench standard / dev, WebShop goals 0-39 /
