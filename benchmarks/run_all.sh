@@ -22,3 +22,8 @@ $PY benchmarks/engineer_rows.py runs/engineer | tee runs/bench-engineer-rows.md
 # issue 20: the engineer's value (hours: cold start, SFT, GRPO, the table); resumable, rerun it
 # after an interruption and it continues where it stopped
 $PY benchmarks/engineer_value.py --stages all 2>&1 | tee runs/bench-engineer-value.log
+# the coevolution's second half: the engineer retrained against the tuned target the stage
+# above wrote (the same cold start's SFT engineer, GRPO on the tuned target's WebShop failures)
+TUNED=$(ls -td runs/engineer-value/coevolution/target-*/tuned-v[0-9]* | head -n 1)  # the newest
+$PY benchmarks/engineer_value.py --stages coldstart,grpo,engineers --envs webshop \
+    --engineers grpo --target-policy "$TUNED" --out runs/ev-tuned 2>&1 | tee runs/bench-engineer-value-tuned.log
