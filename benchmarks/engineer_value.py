@@ -1914,9 +1914,9 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
     the held-out success of the frozen and the tuned target under the base harness, the
     incumbent and the incumbent plus that patch: whether harness patching still adds on top
     of a tuned target (the paper's 59.2 -> 64.2). The patch is the one found against the
-    frozen target; the engineer retrained against the tuned target is stages coldstart, grpo
-    and engineers again with `--target-policy` the tuned checkpoint and a fresh --out (the
-    module's docstring; hours on 2 cores)."""
+    frozen target; the engineer retrained against the tuned target is stages coldstart (packets
+    only), grpo and engineers again with `--target-policy` the tuned checkpoint and a fresh
+    --out (the module's docstring; `make bench` runs it on WebShop after this stage)."""
     assert not TARGET_POLICY, "coevolution tunes the embedded SmolLM2: no --target-policy"
     folder = out / "coevolution"
     folder.mkdir(parents=True, exist_ok=True)
