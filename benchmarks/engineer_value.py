@@ -163,6 +163,8 @@ def grpo_args() -> list[str]:
 
 
 def use_grpo_steps(steps: int | None) -> None:
+    """`--grpo-steps`, once at the entry point (only with `--target-policy`: the committed
+    SmolLM2 engineer, its carried checkpoint and curve are GRPO_ARGS' 100 steps)."""
     GRPO_STEPS[:] = [] if steps is None else [steps]
 
 
@@ -173,11 +175,15 @@ def use_target_policy(policy: str | None) -> None:
 
 
 def published(out: Path) -> tuple[Path, ...]:
-    """Where a stage's results go: DIR, and the repository's results for the target
-    (`results_home`)."""
-    home = results_home()
-    home.mkdir(parents=True, exist_ok=True)
-    return (out, home)
+    """Where a stage's results go: DIR (what a rerun reads) and the repository's folder for the
+    target (`results_home`: what BENCHMARKS.md cites, since DIR does not outlive a session).
+    Writers make a missing folder (`writable`)."""
+    return (out, results_home())
+
+
+def writable(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def results_home() -> Path:
@@ -185,10 +191,23 @@ def results_home() -> Path:
     target: COMMITTED for the embedded SmolLM2, else a folder of its own named by the target
     (`--target-policy`: a model name, or a checkpoint's last two path parts, e.g. the
     coevolution stage's `against-target-DIGEST-tuned-v0001`), so another target's table never
-    merges into SmolLM2's. Engineers and cold-start rows are committed for SmolLM2 only."""
-    if not TARGET_POLICY:
-        return COMMITTED
-    return COMMITTED / ("against-" + "-".join(Path(TARGET_POLICY[1]).parts[-2:]))
+    merges into SmolLM2's. A checkpoint's name is followed by its content version
+    (`checkpoint_version`): a regenerated tuned target keeps its name (`tuned-v0001` of the same
+    harnesses) but is another target, whose table must not merge into the old one's. Engineers
+    and cold-start rows are committed for SmolLM2 only."""
+    return COMMITTED / f"against-{target_name()}" if TARGET_POLICY else COMMITTED
+
+
+def target_name() -> str:
+    """`--target-policy` in a file name (`results_home`): a model name, or a checkpoint's last
+    two path parts and its content version (`checkpoint_version`, 8 hex digits)."""
+    policy = Path(TARGET_POLICY[1])
+    name = "-".join(policy.parts[-2:])
+    if policy.is_dir():
+        from harness_r1.harness.policies.local_models import checkpoint_version
+
+        name += "-" + checkpoint_version(policy)[:8]
+    return re.sub(r"[^\w.-]+", "-", name).strip("-.")
 
 
 #: the comparison's engineers, in the table's order (GRPO rows appear once trained)
@@ -488,9 +507,9 @@ def stage_coldstart(env: str, out: Path, log: Path) -> dict[str, Any]:
     runs = out / f"{env}-train-incumbent.jsonl"
     target_runs(env, train, COLDSTART_TASKS[env], SEED, on, runs, log)
     folder = out / f"{env}-engineer-coldstart"
-    if TARGET_POLICY and not (folder / "stats.json").exists():
+    if TARGET_POLICY:
         packets_only(env, out, runs)
-    if not (folder / "stats.json").exists() and not restore_coldstart(env, out, runs):
+    elif not (folder / "stats.json").exists() and not restore_coldstart(env, out, runs):
         run([HR, "train", "coldstart", str(runs), "--env", env, "--split", train,
              "--out", str(folder), "-k", str(K), "--batch-size", str(BATCH), *on,
              *COLDSTART_EXTRA, "--baseline-cache", str(out / "baselines"), *TARGET,
@@ -526,7 +545,7 @@ def export_coldstart(env: str, out: Path, incumbent_sha256: str) -> int:
     same rows without paying the canary again. `incumbent_sha256`: what the canary ran against
     (`canaried_digest`), kept in each row."""
     if TARGET_POLICY:
-        return 0  # another target's rows stay in DIR (`published`)
+        return 0  # another target's cold start is packets only (`packets_only`): no rows
     folder = out / f"{env}-engineer-coldstart"
     packets = {row["packet_id"]: row for row in trajectories(folder / "packets.jsonl")}
     rows = []
@@ -618,16 +637,24 @@ def packets_only(env: str, out: Path, runs: Path) -> None:
     GRPO, without the teacher's proposals and their canary. The engineer retrained against
     that target starts from the committed SFT engineer, "from the same cold start" (issue 20):
     its rows stand, so a teacher round against the new target would teach nothing and cost
-    ~15-50 min an env. Writes packets.jsonl and stats.json (`packets_only`), no dataset."""
+    ~15-50 min an env. Writes packets.jsonl and stats.json (`packets_only`), no dataset; kept
+    when they are this target's (DIR's run files are keyed by name: another target's run
+    into the same DIR must not take them for its own)."""
     from harness_r1.trainer.coldstart import packet_row
 
-    sources = training_sources(env, out, runs)
     folder = out / f"{env}-engineer-coldstart"
+    stats_file = folder / "stats.json"
+    if stats_file.exists():
+        target = json.loads(stats_file.read_text()).get("target")
+        assert target == target_name(), f"{folder} holds {target}'s packets: use a fresh --out"
+        return
+    sources = training_sources(env, out, runs)
+    assert sources, f"{env}: the target failed no training task under the incumbent: no packet"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "packets.jsonl").write_text(
         "".join(json.dumps(packet_row(s)) + "\n" for s in sources)
     )
-    stats = {"packets_only": True, "packets": len(sources), "target": TARGET_POLICY}
+    stats = {"packets_only": True, "packets": len(sources), "target": target_name()}
     (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"{env}: {len(sources)} packets of the target's failures, no teacher round")
 
@@ -1046,12 +1073,18 @@ def plot_sft(curve: list[dict[str, Any]], version: Path, path: Path) -> None:
 
 
 def grpo_version(out: Path, sft: Path) -> Path | None:
-    """The published GRPO engineer trained from the SFT version `sft`, if any."""
+    """The published GRPO engineer trained from the SFT version `sft` for the optimizer steps
+    asked now (`grpo_args`), if any."""
     from harness_r1.trainer.versions import list_versions, read_metadata
 
+    steps = int(option_value(grpo_args(), "--max-steps"))
     for version in list_versions(out / "engineer"):
         meta = read_metadata(version)
-        if meta.get("kind") == "grpo" and meta.get("parent_path") == str(sft):
+        if (
+            meta.get("kind") == "grpo"
+            and meta.get("parent_path") == str(sft)
+            and meta.get("settings", {}).get("max_steps") == steps
+        ):
             return version
     return None
 
@@ -1064,7 +1097,7 @@ CARRIED_GRPO = COMMITTED / "grpo-checkpoint"
 def stage_grpo(envs: list[str], out: Path, log: Path, minutes: float | None) -> Path | None:
     """Stage 6: online GRPO from the SFT engineer on the cold start's packets of every env
     (training split, against the incumbents), K samples per packet, reward = canary delta over
-    the incumbent (graded when invalid), GRPO_ARGS' optimizer steps. Resumable on this host
+    the incumbent (graded when invalid), `grpo_args`' optimizer steps. Resumable on this host
     (`train grpo online`'s run key) and across sessions: with `minutes` the run pauses before
     overrunning them and its checkpoint is committed (CARRIED_GRPO, ~22 MB: adapter, optimizer,
     scheduler, RNG), the next session's run continues from it (same SFT engineer and
@@ -1167,7 +1200,7 @@ def record_grpo_curve(state_file: Path, out: Path) -> list[dict[str, Any]]:
         for row in history
         if "step" in row and any(kept(k) for k in row)
     ]
-    for folder in published(out):
+    for folder in map(writable, published(out)):
         (folder / "results-grpo-curve.json").write_text(json.dumps(curve, indent=2) + "\n")
         plot_grpo(curve, folder / "grpo-curve.png")
     return curve
@@ -1202,7 +1235,7 @@ def weights_sha(version: Path) -> str:
 
 
 def carried_grpo(sft: Path, envs: list[str]) -> Path | None:
-    """The committed paused checkpoint when it continues a run from `sft` with GRPO_ARGS on
+    """The committed paused checkpoint when it continues a run from `sft` with `grpo_args` on
     the packets of the same envs."""
     lineage = CARRIED_GRPO / "lineage.json"
     if TARGET_POLICY or not lineage.exists():  # the carried checkpoint ran against SmolLM2
@@ -1365,7 +1398,11 @@ def stage_rft(envs: list[str], out: Path, log: Path) -> Path | None:
     """RFT: the envs' cold starts (restored from the committed rows, or run), their improving
     rows (`rft_selection`), and `train sft` from a copy of the SFT+GRPO engineer for rft_steps
     over them (resumable by its run key); the result is committed with its lineage (not under
-    `--target-policy`). None, said why, before GRPO has finished or without an improving row."""
+    `--target-policy`). None, said why, before GRPO has finished, without an improving row, or
+    against another target (its cold start is packets only: no rows to filter)."""
+    if TARGET_POLICY:
+        print("RFT: against another target the cold start has no rows (`packets_only`)")
+        return None
     parent = rft_parent(out)
     if parent is None:
         print("RFT: no SFT+GRPO engineer yet (stage grpo) to continue")
@@ -1757,8 +1794,8 @@ def commit_curve(curve: list[dict[str, Any]]) -> None:
 
 def keep_results(name: str, results: Any, out: Path) -> None:
     """A stage's results (counts and rates, no task data) into DIR and into the repository
-    (COMMITTED), so what BENCHMARKS.md reports is the file the run wrote."""
-    for folder in published(out):
+    (`results_home`), so what BENCHMARKS.md reports is the file the run wrote."""
+    for folder in map(writable, published(out)):
         (folder / name).write_text(json.dumps(results, indent=2) + "\n")
 
 
@@ -1801,7 +1838,7 @@ def run_engineers(envs: list[str], out: Path, log: Path, names: tuple[str, ...])
         committed_results("results-engineers.json"), stage_engineers(envs, out, log, names)
     )
     keep_results("results-engineers.json", rows, out)
-    for folder in published(out):
+    for folder in map(writable, published(out)):
         plot_engineers(rows, folder / "engineers.png")
     print(engineers_table(rows))
 
@@ -1945,6 +1982,7 @@ def run_coevolution(envs: list[str], out: Path, log: Path) -> None:
              "--out", str(target)], log)  # fmt: skip
         tuned = merged()
     checkpoint = tuned[-1]
+    (folder / "tuned-target.txt").write_text(f"{checkpoint}\n")  # the retrain's (run_all.sh)
     print(f"tuned target: {checkpoint}")
     results: dict[str, dict[str, Any]] = {}
     for env, path in zip(envs, runs, strict=True):
@@ -2251,8 +2289,8 @@ def main() -> None:
         "--grpo-steps",
         type=int,
         default=None,
-        help="The GRPO stage's optimizer steps (default: GRPO_ARGS', 100); another count is "
-        "another engineer (the committed one serves only for 100).",
+        help="The GRPO stage's optimizer steps against --target-policy (default: GRPO_ARGS', "
+        "100); another count is another engineer.",
     )
     parser.add_argument(
         "--target-policy",
@@ -2262,6 +2300,8 @@ def main() -> None:
         "coevolution stage (use a fresh --out).",
     )
     args = parser.parse_args()
+    if args.grpo_steps is not None and (args.grpo_steps < 1 or args.target_policy is None):
+        parser.error("--grpo-steps takes a positive count, with --target-policy only")
     use_target_policy(args.target_policy)
     use_grpo_steps(args.grpo_steps)
     stages = list(STAGES) if args.stages == "all" else args.stages.split(",")

@@ -23,7 +23,13 @@ $PY benchmarks/engineer_rows.py runs/engineer | tee runs/bench-engineer-rows.md
 # after an interruption and it continues where it stopped
 $PY benchmarks/engineer_value.py --stages all 2>&1 | tee runs/bench-engineer-value.log
 # the coevolution's second half: the engineer retrained against the tuned target the stage
-# above wrote (the same cold start's SFT engineer, GRPO on the tuned target's WebShop failures)
-TUNED=$(ls -td runs/engineer-value/coevolution/target-*/tuned-v[0-9]* | head -n 1)  # the newest
+# above used (the same cold start's SFT engineer, GRPO on the tuned target's WebShop failures),
+# in a folder of that target's own (run files are keyed by name, not by target)
+TUNED=$(cat runs/engineer-value/coevolution/tuned-target.txt)
+VERSION=$($PY -c 'import sys, pathlib
+from harness_r1.harness.policies.local_models import checkpoint_version
+print(checkpoint_version(pathlib.Path(sys.argv[1]))[:8])' "$TUNED")
 $PY benchmarks/engineer_value.py --stages coldstart,grpo,engineers --envs webshop \
-    --engineers grpo --target-policy "$TUNED" --out runs/ev-tuned 2>&1 | tee runs/bench-engineer-value-tuned.log
+    --engineers sft,grpo --target-policy "$TUNED" \
+    --out "runs/ev-tuned/$(basename "$(dirname "$TUNED")")-$(basename "$TUNED")-$VERSION" \
+    2>&1 | tee runs/bench-engineer-value-tuned.log

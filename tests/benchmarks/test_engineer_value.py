@@ -155,7 +155,7 @@ def test_another_target_is_another_grpo_run(bench: ModuleType) -> None:
     assert bench.grpo_args() == smollm2
 
 
-def test_another_targets_run_keeps_its_results_out_of_the_repository(
+def test_another_targets_run_keeps_its_results_apart_from_smollm2s(
     bench: ModuleType, tmp_path: Path
 ) -> None:
     """The committed cold start, engineers and table are SmolLM2's: a run against the tuned
@@ -166,9 +166,8 @@ def test_another_targets_run_keeps_its_results_out_of_the_repository(
     try:
         bench.use_target_policy(str(tmp_path / "target-abc" / "tuned-v0001"))
         home = bench.COMMITTED / "against-target-abc-tuned-v0001"
-        assert bench.results_home() == home
         assert bench.published(tmp_path) == (tmp_path, home)
-        home.rmdir()  # published made it; nothing is written here
+        assert not home.exists()  # only a writer makes it
         assert bench.committed_results("results-engineers.json") == {}
         assert bench.restore_coldstart("webshop", tmp_path, tmp_path / "runs.jsonl") is False
         assert bench.export_coldstart("webshop", tmp_path, "digest") == 0
@@ -176,6 +175,27 @@ def test_another_targets_run_keeps_its_results_out_of_the_repository(
         assert bench.sft_version(tmp_path) == bench.COMMITTED_SFT
         assert bench.carried_grpo(bench.COMMITTED_SFT, ["webshop"]) is None
         assert bench.grpo_engineer(tmp_path) is None
+        assert bench.stage_rft(["webshop"], tmp_path, tmp_path / "log") is None  # no rows
+    finally:
+        bench.use_target_policy(None)
+
+
+def test_a_regenerated_checkpoint_is_another_target(bench: ModuleType, tmp_path: Path) -> None:
+    """Two tuned targets can share a path (the coevolution stage names a checkpoint by the
+    harnesses it learned under): their results folders differ by content, a copy shares one."""
+    checkpoint = tmp_path / "coevolution" / "target-abc" / "tuned-v0001"
+    checkpoint.mkdir(parents=True)
+    try:
+        bench.use_target_policy(str(checkpoint))
+        (checkpoint / "model.safetensors").write_bytes(b"one")
+        first = bench.results_home().name
+        (checkpoint / "model.safetensors").write_bytes(b"two")
+        second = bench.results_home().name
+        assert first.startswith("against-target-abc-tuned-v0001-") and first != second
+        (checkpoint / "model.safetensors").write_bytes(b"one")
+        assert bench.results_home().name == first
+        bench.use_target_policy("/odd path/gemma 3")
+        assert bench.results_home().name == "against-odd-path-gemma-3"
     finally:
         bench.use_target_policy(None)
 
@@ -354,29 +374,61 @@ def test_a_local_rft_version_counts_only_for_the_steps_asked_now(
     assert bench.rft_engineer(tmp_path) == fallback
 
 
-def test_other_grpo_steps_are_another_engineer(bench: ModuleType, tmp_path: Path) -> None:
-    """`--grpo-steps` reaches `train grpo online` and the lineage it is compared by, so the
-    committed 100-step engineer does not serve a run asked for another count."""
+def test_other_grpo_steps_are_another_engineer(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--grpo-steps` reaches `train grpo online` and every lineage GRPO is compared by: a
+    run asked for another count takes neither the committed 100-step engineer, nor a carried
+    checkpoint, nor a local version trained for another count."""
     default = bench.grpo_args()
     assert bench.option_value(default, "--max-steps") == "100"
-    assert bench.grpo_engineer(tmp_path) == bench.COMMITTED_GRPO
+    sft = bench.COMMITTED_SFT
+    carried = tmp_path / "grpo-checkpoint"
+    carried.mkdir()
+    lineage = {"sft_weights": bench.weights_sha(sft), "grpo_args": default, "envs": ["webshop"]}
+    (carried / "lineage.json").write_text(json.dumps(lineage))
+    monkeypatch.setattr(bench, "CARRIED_GRPO", carried)
+    local = tmp_path / "engineer" / "engineer" / "v0001"
+    local.mkdir(parents=True)
+    meta = {"kind": "grpo", "parent_path": str(sft), "settings": {"max_steps": 24}}
+    (local / "metadata.json").write_text(json.dumps(meta))
+    assert bench.grpo_engineer(tmp_path) == bench.COMMITTED_GRPO  # not the 24-step version
+    assert bench.carried_grpo(sft, ["webshop"]) == carried
     try:
         bench.use_grpo_steps(24)
         assert bench.grpo_args() == [*default[:3], "24", *default[4:]]
+        assert bench.grpo_engineer(tmp_path) == local
+        assert bench.carried_grpo(sft, ["webshop"]) is None
+        bench.use_grpo_steps(20)
         assert bench.grpo_engineer(tmp_path) is None
-        assert bench.carried_grpo(bench.COMMITTED_SFT, ["webshop", "alfworld"]) is None
     finally:
         bench.use_grpo_steps(None)
     assert bench.grpo_args() == default
 
 
+def test_grpo_steps_are_for_another_target_only() -> None:
+    """A shorter GRPO against SmolLM2 would replace its committed engineer and curve."""
+    import subprocess
+
+    for args in (["--grpo-steps", "20"], ["--grpo-steps", "0", "--target-policy", "gemma3"]):
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--stages", "grpo", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "--grpo-steps takes a positive count, with --target-policy only" in done.stderr
+
+
 @pytest.mark.integration
 def test_a_cold_start_against_another_target_gives_packets_only(
-    bench: ModuleType, tmp_path: Path
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Against another target (the tuned one) the cold start gives GRPO the packets of that
-    target's failures, canaried against the env's incumbent, train-only, with no teacher round:
-    the engineer starts from the committed SFT engineer, the same cold start. Real DBBench
+    target's failures, carrying the env's incumbent for GRPO's canary, train-only, with no
+    teacher round: the engineer starts from the committed SFT engineer, the same cold start;
+    another target's run into the same DIR stops rather than take them. Real DBBench
     episodes under the committed incumbent (in the isolated sandbox, as `eval --on` runs it) of
     a test double standing in for the target (it answers junk: every task fails)."""
     from harness_r1.cli.jobs.canary import load_incumbent
@@ -406,10 +458,14 @@ def test_a_cold_start_against_another_target_gives_packets_only(
     runs.write_text("".join(t.model_dump_json() + "\n" for t in episodes))
     try:
         bench.use_target_policy(str(tmp_path / "tuned"))
-        bench.packets_only("dbbench", tmp_path, runs)
+        commands: list[list[str]] = []
+        monkeypatch.setattr(bench, "run", lambda command, log, **_: commands.append(command))
+        summary = bench.stage_coldstart("dbbench", tmp_path, tmp_path / "log")
+        assert [c for c in commands if "coldstart" in c] == []  # no teacher round
+        assert summary["packets"] == 2 and summary["kept"] is None
         folder = tmp_path / "dbbench-engineer-coldstart"
         stats = json.loads((folder / "stats.json").read_text())
-        assert stats == {"packets_only": True, "packets": 2, "target": bench.TARGET_POLICY}
+        assert stats == {"packets_only": True, "packets": 2, "target": bench.target_name()}
         assert not (folder / "dataset.jsonl").exists()
         rows = bench.trajectories(folder / "packets.jsonl")
         assert sorted(t for row in rows for t in row["task_ids"]) == sorted(
@@ -421,5 +477,9 @@ def test_a_cold_start_against_another_target_gives_packets_only(
         )
         packets = bench.grpo_packets(["dbbench"], tmp_path)
         assert bench.packet_ids(packets) == [row["packet_id"] for row in rows]
+        bench.packets_only("dbbench", tmp_path, runs)  # this target's: kept
+        bench.use_target_policy(str(tmp_path / "other"))
+        with pytest.raises(AssertionError, match="-tuned's packets: use a fresh --out"):
+            bench.packets_only("dbbench", tmp_path, runs)
     finally:
         bench.use_target_policy(None)
