@@ -5,14 +5,15 @@
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart --envs webshop   # packets
     .venv/bin/python benchmarks/engineer_value.py --stages coldstart,grpo,engineers \
         --target-policy runs/engineer-value/coevolution/target-DIGEST/tuned-v0001 \
-        --out runs/ev-tuned [--envs webshop --grpo-steps 40]
+        --out runs/ev-tuned [--envs webshop --grpo-steps 20]
 
 A cold start of some envs gives their packets (GRPO on them) but no SFT dataset, which is always
 all three envs. `--target-policy` runs every stage against another target: above, the
 coevolution stage's tuned checkpoint, the paper's engineer retrained against the tuned target
 "from the same cold start" (the committed SFT engineer; the cold start against the tuned
 target is packets only, its failures, which GRPO trains on: no teacher round). Its results
-go to a repository folder of their own (`results_home`: against-target-DIGEST-tuned-v0001/).
+go to a repository folder of their own (`results_home`: against-target-DIGEST-tuned-v0001-
+VERSION/, VERSION the checkpoint's content).
 `--grpo-steps` sets GRPO's optimizer steps where a session cannot hold GRPO_ARGS' 100.
 
 Every step is a `harness-r1` command (printed, and kept with its wall time in DIR/commands.log).
@@ -2300,7 +2301,8 @@ def main() -> None:
         "coevolution stage (use a fresh --out).",
     )
     args = parser.parse_args()
-    if args.grpo_steps is not None and (args.grpo_steps < 1 or args.target_policy is None):
+    embedded = args.target_policy in (None, "smollm2")
+    if args.grpo_steps is not None and (args.grpo_steps < 1 or embedded):
         parser.error("--grpo-steps takes a positive count, with --target-policy only")
     use_target_policy(args.target_policy)
     use_grpo_steps(args.grpo_steps)

@@ -410,7 +410,11 @@ def test_grpo_steps_are_for_another_target_only() -> None:
     """A shorter GRPO against SmolLM2 would replace its committed engineer and curve."""
     import subprocess
 
-    for args in (["--grpo-steps", "20"], ["--grpo-steps", "0", "--target-policy", "gemma3"]):
+    for args in (
+        ["--grpo-steps", "20"],
+        ["--grpo-steps", "20", "--target-policy", "smollm2"],
+        ["--grpo-steps", "0", "--target-policy", "gemma3"],
+    ):
         done = subprocess.run(
             [sys.executable, str(SCRIPT), "--stages", "grpo", *args],
             capture_output=True,
