@@ -169,10 +169,16 @@ def use_grpo_steps(steps: int | None) -> None:
     GRPO_STEPS[:] = [] if steps is None else [steps]
 
 
+#: the target of `--target-policy` in a file name (`policy_name`), named once at the entry point
+#: (a checkpoint's content version reads the whole checkpoint)
+TARGET_NAME: list[str] = []
+
+
 def use_target_policy(policy: str | None) -> None:
     """`--target-policy`, once at the entry point: every command that runs the target runs
     this one."""
     TARGET_POLICY[:] = [] if policy in (None, "smollm2") else ["--policy", str(policy)]
+    TARGET_NAME[:] = [policy_name(TARGET_POLICY[1])] if TARGET_POLICY else []
 
 
 def published(out: Path) -> tuple[Path, ...]:
@@ -200,9 +206,14 @@ def results_home() -> Path:
 
 
 def target_name() -> str:
-    """`--target-policy` in a file name (`results_home`): a model name, or a checkpoint's last
-    two path parts and its content version (`checkpoint_version`, 8 hex digits)."""
-    policy = Path(TARGET_POLICY[1])
+    """The target of `--target-policy` in a file name (`use_target_policy` named it)."""
+    return TARGET_NAME[0]
+
+
+def policy_name(policy_arg: str) -> str:
+    """A `--policy` in a file name (`results_home`): a model name, or a checkpoint's last two
+    path parts and its content version (`checkpoint_version`, 8 hex digits)."""
+    policy = Path(policy_arg)
     name = "-".join(policy.parts[-2:])
     if policy.is_dir():
         from harness_r1.harness.policies.local_models import checkpoint_version
@@ -589,7 +600,6 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
         print(f"{env}: the committed cold start was canaried against another incumbent "
               f"({sorted(map(str, against))}): it runs again")  # fmt: skip
         return False
-    from harness_r1.trainer.coldstart import packet_row
     from harness_r1.trainer.prompt import PromptConfig, engineer_messages
 
     sources = training_sources(env, out, runs)
@@ -609,8 +619,7 @@ def restore_coldstart(env: str, out: Path, runs: Path) -> bool:
     folder = out / f"{env}-engineer-coldstart"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    packets = "".join(json.dumps(packet_row(s)) + "\n" for s in used.values())
-    (folder / "packets.jsonl").write_text(packets)
+    write_packets(folder, list(used.values()))
     stats = {"restored": True, "packets": len(used), "kept": len(rows), "missing_rows": missing,
              "matched_by": dict(how)}  # fmt: skip
     (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
@@ -641,8 +650,6 @@ def packets_only(env: str, out: Path, runs: Path) -> None:
     ~15-50 min an env. Writes packets.jsonl and stats.json (`packets_only`), no dataset; kept
     when they are this target's (DIR's run files are keyed by name: another target's run
     into the same DIR must not take them for its own)."""
-    from harness_r1.trainer.coldstart import packet_row
-
     folder = out / f"{env}-engineer-coldstart"
     stats_file = folder / "stats.json"
     if stats_file.exists():
@@ -652,12 +659,18 @@ def packets_only(env: str, out: Path, runs: Path) -> None:
     sources = training_sources(env, out, runs)
     assert sources, f"{env}: the target failed no training task under the incumbent: no packet"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "packets.jsonl").write_text(
-        "".join(json.dumps(packet_row(s)) + "\n" for s in sources)
-    )
+    write_packets(folder, sources)
     stats = {"packets_only": True, "packets": len(sources), "target": target_name()}
     (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"{env}: {len(sources)} packets of the target's failures, no teacher round")
+
+
+def write_packets(folder: Path, sources: list[Any]) -> None:
+    """The packet sources as `train coldstart` writes them (packets.jsonl)."""
+    from harness_r1.trainer.coldstart import packet_row
+
+    rows = "".join(json.dumps(packet_row(source)) + "\n" for source in sources)
+    (folder / "packets.jsonl").write_text(rows)
 
 
 def packet_of(meta: dict[str, Any], sources: list[Any]) -> tuple[str, Any]:

@@ -26,10 +26,8 @@ $PY benchmarks/engineer_value.py --stages all 2>&1 | tee runs/bench-engineer-val
 # above used (the same cold start's SFT engineer, GRPO on the tuned target's WebShop failures),
 # in a folder of that target's own (run files are keyed by name, not by target)
 TUNED=$(cat runs/engineer-value/coevolution/tuned-target.txt)
-VERSION=$($PY -c 'import sys, pathlib
-from harness_r1.harness.policies.local_models import checkpoint_version
-print(checkpoint_version(pathlib.Path(sys.argv[1]))[:8])' "$TUNED")
+NAME=$($PY -c 'import sys; sys.path.insert(0, "benchmarks"); import engineer_value as ev
+print(ev.policy_name(sys.argv[1]))' "$TUNED")  # the name its results folder gets
 $PY benchmarks/engineer_value.py --stages coldstart,grpo,engineers --envs webshop \
-    --engineers sft,grpo --target-policy "$TUNED" \
-    --out "runs/ev-tuned/$(basename "$(dirname "$TUNED")")-$(basename "$TUNED")-$VERSION" \
+    --engineers sft,grpo --target-policy "$TUNED" --out "runs/ev-tuned/$NAME" \
     2>&1 | tee runs/bench-engineer-value-tuned.log

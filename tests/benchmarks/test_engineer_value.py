@@ -186,13 +186,15 @@ def test_a_regenerated_checkpoint_is_another_target(bench: ModuleType, tmp_path:
     checkpoint = tmp_path / "coevolution" / "target-abc" / "tuned-v0001"
     checkpoint.mkdir(parents=True)
     try:
-        bench.use_target_policy(str(checkpoint))
         (checkpoint / "model.safetensors").write_bytes(b"one")
+        bench.use_target_policy(str(checkpoint))  # named here, once: the run's target
         first = bench.results_home().name
         (checkpoint / "model.safetensors").write_bytes(b"two")
+        bench.use_target_policy(str(checkpoint))
         second = bench.results_home().name
         assert first.startswith("against-target-abc-tuned-v0001-") and first != second
         (checkpoint / "model.safetensors").write_bytes(b"one")
+        bench.use_target_policy(str(checkpoint))
         assert bench.results_home().name == first
         bench.use_target_policy("/odd path/gemma 3")
         assert bench.results_home().name == "against-odd-path-gemma-3"
