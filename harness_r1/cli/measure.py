@@ -178,6 +178,7 @@ def canary_command(
             min_guard_tasks=or_setting(min_guard, loop.gate_min_guard),
             alpha=or_setting(alpha, loop.gate_alpha),
             method=method,  # type: ignore[arg-type]  # validated by GateConfig
+            **settings.gate.limits(),  # gate.profile / the attribution limits
         ),
     )
     report, guard, decisions = run_canary(request, settings.data_root(), console)

@@ -1,5 +1,11 @@
 """Pydantic models of every message and file format. Imports nothing else of harness_r1."""
 
+from harness_r1.contracts.attribution import (
+    MODEL_DECIDED,
+    ActionOrigin,
+    OriginCounts,
+    format_share,
+)
 from harness_r1.contracts.base import (
     SCHEMA_VERSION,
     Contract,
@@ -7,7 +13,13 @@ from harness_r1.contracts.base import (
     UnsupportedSchemaVersion,
     check_schema_version,
 )
-from harness_r1.contracts.canary import CanaryReport, CandidateCost, CandidateResult, PairedTask
+from harness_r1.contracts.canary import (
+    CanaryReport,
+    CandidateCost,
+    CandidateResult,
+    PairedTask,
+    PatchAlone,
+)
 from harness_r1.contracts.envelopes import (
     ControlCommand,
     ControlKind,
@@ -27,6 +39,7 @@ from harness_r1.contracts.patch import HookCode, HookMode, Patch
 from harness_r1.contracts.task import TaskRef, TaskSpec
 from harness_r1.contracts.trajectory import (
     BASE_HARNESS,
+    TRAJECTORY_SCHEMA_VERSION,
     HookEffect,
     HookFault,
     Outcome,
@@ -52,11 +65,17 @@ MESSAGES: dict[str, type[Message]] = {
 
 __all__ = [
     "ALLOWED_EFFECTS",
+    "ActionOrigin",
+    "MODEL_DECIDED",
+    "OriginCounts",
+    "TRAJECTORY_SCHEMA_VERSION",
+    "format_share",
     "BASE_HARNESS",
     "CandidateCost",
     "CandidateResult",
     "CanaryReport",
     "PairedTask",
+    "PatchAlone",
     "MESSAGES",
     "SCHEMA_VERSION",
     "Contract",

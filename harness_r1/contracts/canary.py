@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from harness_r1.contracts.attribution import OriginCounts
 from harness_r1.contracts.base import Contract, Message
 from harness_r1.contracts.trajectory import TargetRef
 
@@ -24,6 +25,20 @@ class CandidateCost(Contract):
     steps: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+
+
+class PatchAlone(Contract):
+    """The candidate's overlay (composed onto the incumbent) run under the null policy
+    (harness/policies/null.py) on the same tasks and seeds: what the harness wins without the
+    model. Above 0, the patch plays (part of) the task itself."""
+
+    tasks: int = Field(ge=0)
+    successes: int = Field(ge=0)
+    origins: OriginCounts = Field(default_factory=OriginCounts)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.tasks if self.tasks else 0.0
 
 
 class CandidateResult(Message):
@@ -49,12 +64,30 @@ class CandidateResult(Message):
         description="Hook effects applied by kind over the patched episodes (e.g. how many steps "
         "the patch forced rather than the model deciding).",
     )
+    origins: OriginCounts = Field(
+        default_factory=OriginCounts,
+        description="The patched episodes' steps by who decided the action (forced_share).",
+    )
+    patch_alone: PatchAlone | None = Field(
+        default=None,
+        description="The model-free control: the overlay under the null policy (None: not "
+        "run, or its episodes kept failing).",
+    )
     cost: CandidateCost = Field(default_factory=CandidateCost)
     reward: float | None = Field(
         default=None,
         description="Training reward: delta success; invalid -> configured value; "
         "infrastructure failure -> None (never a reward).",
     )
+
+    @property
+    def forced_share(self) -> float | None:
+        """Share of the patched episodes' steps a hook forced (None: nothing ran)."""
+        return self.origins.forced_share if self.origins.steps else None
+
+    @property
+    def patch_alone_success(self) -> float | None:
+        return self.patch_alone.success_rate if self.patch_alone is not None else None
 
 
 class CanaryReport(Message):
@@ -69,6 +102,10 @@ class CanaryReport(Message):
     baseline_cached: bool
     baseline_success_rate: float
     baseline_cost: CandidateCost
+    baseline_origins: OriginCounts = Field(
+        default_factory=OriginCounts,
+        description="The incumbent's episodes' steps by who decided the action.",
+    )
     candidates: list[CandidateResult]
     control: CandidateResult | None = Field(
         default=None,

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from harness_r1.contracts.attribution import ActionOrigin, OriginCounts, infer_origin
 from harness_r1.contracts.base import Contract, Message
 from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.contracts.hooks import EffectKind, HookName
 from harness_r1.contracts.task import TaskRef
 
 BASE_HARNESS = "base"
+
+#: 1.1 added each step's `origin` and the trajectory's `origins` counts (who decided each
+#: action); a 1.0 record is still read: both are inferred from what its steps recorded.
+TRAJECTORY_SCHEMA_VERSION = "1.1"
 
 
 class Termination(StrEnum):
@@ -55,6 +61,22 @@ class Step(Contract):
     effects: list[HookEffect] = Field(default_factory=list)
     faults: list[HookFault] = Field(default_factory=list)
     model_calls: int = Field(default=1, ge=0, description="Generations used (vetoes add calls).")
+    origin: ActionOrigin = Field(
+        description="Who decided the action: model | rewritten | forced | vetoed_then_model "
+        "(contracts/attribution.py). Inferred from effects and model_calls when absent "
+        "(records of schema 1.0)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _origin_of_old_records(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "origin" not in data:
+            effects = [
+                e.model_dump() if isinstance(e, HookEffect) else e for e in data.get("effects", [])
+            ]
+            calls = data.get("model_calls", 1)
+            data = {**data, "origin": infer_origin(effects, calls if isinstance(calls, int) else 1)}
+        return data
 
 
 class Outcome(Contract):
@@ -82,9 +104,27 @@ class Trajectory(Message):
     task: TaskRef
     episode_start_effects: list[HookEffect] = Field(default_factory=list)
     episode_start_faults: list[HookFault] = Field(default_factory=list)
+    schema_version: str = TRAJECTORY_SCHEMA_VERSION
     steps: list[Step]
+    origins: OriginCounts = Field(
+        default_factory=OriginCounts,
+        description="The steps counted by origin (model_share and forced_share are computed "
+        "from it). Must agree with the steps; computed from them when absent.",
+    )
     outcome: Outcome
     timings: Timings
+
+    @model_validator(mode="after")
+    def _origins_match_steps(self) -> Self:
+        counted = OriginCounts.of(step.origin for step in self.steps)
+        if "origins" not in self.model_fields_set:
+            object.__setattr__(self, "origins", counted)
+        elif self.origins != counted:
+            raise ValueError(
+                f"origins {self.origins.model_dump()} do not match the steps' origins "
+                f"{counted.model_dump()}"
+            )
+        return self
 
     @property
     def env(self) -> str:

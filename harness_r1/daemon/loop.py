@@ -333,7 +333,11 @@ class ImprovementLoop:
         (trainer.shaping): the canary delta; a refused patch the invalid reward (graded by how
         far it got when configured). No delta is no reward (None); infrastructure errors never
         get here (`_refuse_infra_errors` retries the batch first)."""
-        shape = InvalidRewardShape(self.config.invalid_reward, graded=self.config.graded_invalid)
+        shape = InvalidRewardShape(
+            self.config.invalid_reward,
+            graded=self.config.graded_invalid,
+            attribution=self.config.gate,
+        )
         refused = {_cid(batch_id, p.index): p for p in proposals if not p.valid}
         rewards: list[float | None] = []
         for result in gated.report.candidates:

@@ -46,6 +46,7 @@ from harness_r1.sandbox.canary import BASE, CanaryBatch, CanaryProgress, Candida
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 from harness_r1.sandbox.metrics import SandboxMetrics
+from harness_r1.trainer.teacher import TeacherConfig
 from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
 
 log = structlog.get_logger(__name__)
@@ -202,8 +203,9 @@ def _lazy_data_root(settings: Settings) -> Callable[[], Path]:
 def build_proposer(settings: Settings, adapter: Path | None = None) -> PatchWriter:
     """The configured engineer, with `adapter` (default: the latest published version)."""
     loop = settings.loop
+    advisory = settings.gate.advisory
     if loop.engineer_backend == "template":
-        return TemplateWriter()
+        return TemplateWriter(TeacherConfig(advisory=advisory))
     from harness_r1.trainer.engineer import EngineerSpec, build_engineer
     from harness_r1.trainer.versions import latest_version
 
@@ -220,7 +222,7 @@ def build_proposer(settings: Settings, adapter: Path | None = None) -> PatchWrit
     )
     from harness_r1.trainer.prompt import PromptConfig
 
-    prompt = PromptConfig(lean=loop.engineer_prompt == "lean")
+    prompt = PromptConfig(lean=loop.engineer_prompt == "lean", advisory=advisory)
     return EngineerWriter(build_engineer(spec), prompt=prompt)
 
 
@@ -256,6 +258,7 @@ def loop_config(settings: Settings) -> LoopConfig:
             min_batch_tasks=loop_options.gate_min_batch,
             min_guard_tasks=loop_options.gate_min_guard,
             alpha=loop_options.gate_alpha,
+            **settings.gate.limits(),
         ),
         guard=GuardConfig(
             method=guard_options.method,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from harness_r1.contracts import (
+    ActionOrigin,
     EffectKind,
     HookEffect,
     HookFault,
@@ -57,6 +58,7 @@ class PendingStep:
     raw_output: str = ""
     proposed: str = ""
     action: str | None = None
+    origin: ActionOrigin = ActionOrigin.MODEL  # who decided `action` (contracts/attribution.py)
     model_calls: int = 0
     vetoes: int = 0
     effects: list[HookEffect] = field(default_factory=list)

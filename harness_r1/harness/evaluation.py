@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness_r1.contracts import Trajectory
+from harness_r1.contracts import OriginCounts, Trajectory
 
 Z95 = 1.959963984540054
 
@@ -30,6 +30,12 @@ class RateRow:
     n: int
     successes: int
     mean_reward: float
+    origins: OriginCounts = OriginCounts()  # the group's steps by who decided the action
+
+    @property
+    def forced_share(self) -> float | None:
+        """Share of the group's steps a hook forced (None: no steps)."""
+        return self.origins.forced_share if self.origins.steps else None
 
     @property
     def rate(self) -> float:
@@ -57,6 +63,7 @@ def summarize(trajectories: Iterable[Trajectory]) -> list[RateRow]:
                 n=len(items),
                 successes=sum(t.outcome.success for t in items),
                 mean_reward=sum(t.outcome.reward for t in items) / len(items),
+                origins=OriginCounts.total(t.origins for t in items),
             )
         )
     return rows

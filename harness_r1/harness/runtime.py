@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness_r1.contracts import (
+    ActionOrigin,
     EffectKind,
     HookEffect,
     HookFault,
@@ -100,6 +101,16 @@ class HarnessRuntime:
         self._envs: list[Env] = []
 
     # -- public ------------------------------------------------------------------------------
+
+    def with_policy(self, policy: Policy) -> HarnessRuntime:
+        """The same runtime (suite, config, env pool) deciding with another policy: the
+        canary's patch-alone control runs its episodes on the envs the target's runs use.
+        Not for concurrent use with this one (they share envs)."""
+        other = HarnessRuntime(
+            self.suite, policy, Path(), self.config, env_factory=self._env_factory
+        )
+        other._envs = self._envs
+        return other
 
     def run(
         self,
@@ -233,6 +244,7 @@ class HarnessRuntime:
         if ep.forced_next is not None:
             # forced by the previous step's post_feedback (recorded there); no model call
             pending.action, ep.forced_next = ep.forced_next, None
+            pending.origin = ActionOrigin.FORCED
             return pending
         effect = ep.step_hook(HookName.PRE_DECISION, pending.faults)
         if effect is not None:
@@ -259,14 +271,23 @@ class HarnessRuntime:
             proposed_action=pending.proposed,
             raw_output=raw_output,
         )
-        if effect is None or effect.kind == EffectKind.ALLOW:
-            pending.action = pending.proposed
+        unchanged = effect is not None and effect.kind == EffectKind.REWRITE
+        if (
+            effect is None
+            or effect.kind == EffectKind.ALLOW
+            or (unchanged and effect.text == pending.proposed)
+        ):
+            # a rewrite to the proposal itself changes nothing: the model's action, no effect
+            self._take_proposal(pending)
             return
         if effect.kind != EffectKind.VETO:
             pending.effects.append(
                 HookEffect(hook=HookName.PRE_ACTION, kind=effect.kind, text=effect.text)
             )
             pending.action = effect.text
+            pending.origin = (
+                ActionOrigin.REWRITTEN if effect.kind == EffectKind.REWRITE else ActionOrigin.FORCED
+            )
             return
         ep.view.counters.vetoes += 1
         if pending.vetoes >= self.config.max_vetoes_per_step:
@@ -277,7 +298,7 @@ class HarnessRuntime:
                     detail="took the proposal",
                 )
             )
-            pending.action = pending.proposed
+            self._take_proposal(pending)
             return
         pending.vetoes += 1
         pending.effects.append(
@@ -287,6 +308,11 @@ class HarnessRuntime:
             {"role": "assistant", "content": raw_output},
             {"role": "user", "content": HARNESS_PREFIX + effect.text},
         ]
+
+    @staticmethod
+    def _take_proposal(pending: PendingStep) -> None:
+        pending.action = pending.proposed
+        pending.origin = ActionOrigin.VETOED_THEN_MODEL if pending.vetoes else ActionOrigin.MODEL
 
     def _act(self, ep: Episode) -> None:
         pending = ep.pending
@@ -354,6 +380,7 @@ class HarnessRuntime:
                 effects=pending.effects,
                 faults=pending.faults,
                 model_calls=pending.model_calls,
+                origin=pending.origin,
             )
         )
         ep.pending = None

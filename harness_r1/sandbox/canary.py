@@ -36,8 +36,10 @@ from harness_r1.contracts import (
     CanaryReport,
     CandidateCost,
     CandidateResult,
+    OriginCounts,
     PairedTask,
     Patch,
+    PatchAlone,
     TargetRef,
     TaskSpec,
     Termination,
@@ -46,6 +48,7 @@ from harness_r1.contracts import (
 from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.policies.base import PolicyError
+from harness_r1.harness.policies.null import NullPolicy
 from harness_r1.sandbox.compose import CompositionRefused, Link, compose
 from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 
@@ -144,6 +147,10 @@ class CanaryConfig:
     # Also run the batch once more with no patch, in the candidates' lockstep groups: its
     # "delta" measures how much batch composition alone moves outcomes (pairing noise).
     control: bool = False
+    # Run each candidate's overlay once more under the null policy (the model-free control):
+    # its success is what the harness wins without the model (`CandidateResult.patch_alone`).
+    # Costs env and hook time only; the advisory gate needs it.
+    patch_alone: bool = True
 
 
 CONTROL_ID = "control"
@@ -170,6 +177,7 @@ class EpisodeOutcome:
     steps: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     effects: dict[str, int] = field(default_factory=dict)
+    origins: dict[str, int] = field(default_factory=dict)  # OriginCounts, as JSON
 
 
 #: Executor counters that say something about the worker rather than one call.
@@ -207,7 +215,13 @@ def _outcome(t: Trajectory) -> EpisodeOutcome:
         steps=t.outcome.steps,
         faults=dict(faults),
         effects=dict(effects),
+        origins=t.origins.model_dump(),
     )
+
+
+def origins_of(outcomes: Sequence[EpisodeOutcome]) -> OriginCounts:
+    """The steps of these episodes by origin (a cached baseline without them counts none)."""
+    return OriginCounts.total(OriginCounts(**o.origins) for o in outcomes)
 
 
 def _caused_by_patch(t: Trajectory) -> bool:
@@ -330,15 +344,19 @@ class CanaryRunner:
 
     # -- running episodes with retries --------------------------------------------------------
 
-    def _run(self, specs: list[EpisodeSpec]) -> dict[str, Trajectory]:
-        """Run specs; re-run episodes that ended in an infrastructure error."""
+    def _run(
+        self, specs: list[EpisodeSpec], runtime: HarnessRuntime | None = None
+    ) -> dict[str, Trajectory]:
+        """Run specs (on `runtime`, default the target's); re-run episodes that ended in an
+        infrastructure error."""
+        runtime = runtime or self.runtime
         pending, done = list(specs), {}
         watcher = self.progress
         for attempt in range(self.config.infra_retries + 1):
             if watcher is not None:
                 watcher.planned(len(pending))
             try:
-                trajectories = self.runtime.run(
+                trajectories = runtime.run(
                     pending, on_done=watcher.finished if watcher is not None else None
                 )
             except PolicyError as err:
@@ -407,6 +425,7 @@ class CanaryRunner:
         results: dict[str, CandidateResult] = {}
         runnable: list[tuple[Candidate, HookSet]] = []
         composed: dict[str, str] = {}
+        overlays: dict[str, Patch] = {}  # the composed overlay of each candidate that runs
         first_with: dict[str, Candidate] = {}  # composed overlay -> the candidate that runs it
         twins: list[tuple[Candidate, Candidate]] = []  # (a candidate, its overlay's first)
         for candidate in candidates:
@@ -420,6 +439,7 @@ class CanaryRunner:
                 twins.append((candidate, first_with[sha]))
                 continue
             first_with[sha] = candidate
+            overlays[candidate.candidate_id] = overlay
             runnable.append((candidate, self.hooks_factory(overlay, candidate.candidate_id)))
         if self.config.control:
             runnable.append((Candidate(CONTROL_ID, None), self._incumbent_hooks(incumbent)))
@@ -446,6 +466,8 @@ class CanaryRunner:
                 control = result
             else:
                 results[candidate.candidate_id] = result
+        if self.config.patch_alone:
+            self._patch_alone(batch, results, overlays)
         for twin, first in twins:
             results[twin.candidate_id] = _twin_result(results[first.candidate_id], twin)
         return CanaryReport(
@@ -456,6 +478,7 @@ class CanaryRunner:
             incumbent_overlay_id=incumbent.overlay_id,
             baseline_cached=cached,
             baseline_success_rate=sum(o.success for o in base) / max(1, len(base)),
+            baseline_origins=origins_of(base),
             baseline_cost=CandidateCost(
                 episodes=0 if cached else len(base),
                 steps=0 if cached else sum(o.steps for o in base),
@@ -465,6 +488,42 @@ class CanaryRunner:
             candidates=[results[c.candidate_id] for c in candidates],
             control=control,
         )
+
+    def _patch_alone(
+        self,
+        batch: CanaryBatch,
+        results: dict[str, CandidateResult],
+        overlays: dict[str, Patch],
+    ) -> None:
+        """The model-free control: every evaluated candidate's overlay once more under the null
+        policy, on the same tasks and seeds, all in one lockstep run (no model time). Its
+        success goes into the result as `patch_alone`; episodes that keep failing leave it
+        None (the advisory gate then refuses to promote on missing evidence)."""
+        evaluated = [cid for cid in overlays if results[cid].status == "evaluated"]
+        if not evaluated:
+            return
+        null_runtime = self.runtime.with_policy(NullPolicy(self.runtime.policy.max_batch))
+        runs: list[tuple[str, HookSet, list[EpisodeSpec]]] = []
+        for cid in evaluated:
+            hooks = self.hooks_factory(overlays[cid], cid)
+            prefix = f"canary-{batch.batch_id[:12]}-{cid}-alone"
+            runs.append((cid, hooks, self._specs(batch, hooks, prefix)))
+        try:
+            done = self._run([s for _, _, specs in runs for s in specs], null_runtime)
+        finally:
+            for _, hooks, _ in runs:
+                _close(hooks)
+        for cid, hooks, specs in runs:
+            if _refused(hooks) or any(s.trajectory_id not in done for s in specs):
+                log.warning("canary.patch_alone_missing", candidate=cid)
+                continue
+            outcomes = [_outcome(done[s.trajectory_id]) for s in specs]
+            alone = PatchAlone(
+                tasks=len(outcomes),
+                successes=sum(o.success for o in outcomes),
+                origins=origins_of(outcomes),
+            )
+            results[cid] = results[cid].model_copy(update={"patch_alone": alone})
 
     def _overlay(
         self, candidate: Candidate, incumbent: Incumbent
@@ -547,6 +606,7 @@ class CanaryRunner:
             delta_interval=interval,
             sandbox_events=dict(events),
             applied_effects=dict(effects),
+            origins=origins_of(patched),
             cost=CandidateCost(
                 episodes=n,
                 steps=sum(p.steps for p in patched),

@@ -6,6 +6,12 @@ sizes. Missing or too little data is "inconclusive" and inconclusive is "no".
 
 Tests: McNemar's exact test on the discordant pairs (one-sided, for regression), or a paired
 bootstrap interval of the success delta (regression if the upper bound is below -margin).
+
+Attribution limits (`max_forced_share`, `max_patch_alone_success`; None = no limit) hold a
+patch to advice: a candidate whose hooks forced more of its steps, or whose overlay wins more
+tasks under the null policy (the canary's patch-alone control), than the operator allows is
+rejected before its delta is weighed, with the figure and the limit in its reason. The
+`advisory` profile sets both (`ADVISORY`); the default profile sets neither.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from harness_r1.contracts import CandidateResult
 
 
 @dataclass(frozen=True)
@@ -39,14 +47,56 @@ class GateConfig:
     bootstrap_samples: int = 2000
     bootstrap_seed: int = 0
     regression_margin: float = 0.0
+    max_forced_share: float | None = None
+    max_patch_alone_success: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("max_forced_share", "max_patch_alone_success"):
+            limit = getattr(self, name)
+            if limit is not None and not 0.0 <= limit <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1] (or None), got {limit}")
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
         if self.min_batch_tasks < 1 or self.min_guard_tasks < 0 or self.bootstrap_samples < 100:
             raise ValueError("min_batch_tasks >= 1, min_guard_tasks >= 0, bootstrap_samples >= 100")
         if self.method not in ("mcnemar", "bootstrap"):
             raise ValueError(f"method must be mcnemar or bootstrap, got {self.method!r}")
+
+
+#: The advisory profile's limits: at most 10% of steps forced, nothing won without the model.
+ADVISORY_LIMITS = {"max_forced_share": 0.1, "max_patch_alone_success": 0.0}
+GATE_PROFILES: dict[str, dict[str, float]] = {"default": {}, "advisory": ADVISORY_LIMITS}
+
+
+def attribution_refusal(result: CandidateResult, config: GateConfig) -> str | None:
+    """Why an evaluated candidate is over the operator's attribution limits (None: within
+    them). The reason names the figure, the limit and the setting, for the operator and for
+    the engineer whose reward sees it."""
+    forced_limit = config.max_forced_share
+    if forced_limit is not None:
+        share = result.forced_share or 0.0
+        if share > forced_limit:
+            return (
+                f"attribution_forced_share: the patch forced {share:.2f} of the steps "
+                f"({result.origins.forced} of {result.origins.steps}); the limit is "
+                f"{forced_limit:.2f} (gate.max_forced_share): advise the model, do not act for it"
+            )
+    alone_limit = config.max_patch_alone_success
+    if alone_limit is not None:
+        alone = result.patch_alone
+        if alone is None:
+            return (
+                "attribution_patch_alone: the patch-alone control did not run, and "
+                "gate.max_patch_alone_success needs it"
+            )
+        if alone.success_rate > alone_limit:
+            return (
+                f"attribution_patch_alone: the harness alone solved {alone.successes} of "
+                f"{alone.tasks} tasks ({alone.success_rate:.2f}) under the null policy; the "
+                f"limit is {alone_limit:.2f} (gate.max_patch_alone_success): the patch plays "
+                "the task itself"
+            )
+    return None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Shared by `harness-r1 canary` and the daemon, so both decide with the same rule: the batch run
 (paired, shared baseline) gives each candidate's delta; a guard run on other tasks gives the
 regression check; `gate.decide` turns both into promote / reject with its numbers. A candidate
-the canary did not evaluate (invalid, refused) is rejected with the canary's reason.
+the canary did not evaluate (invalid, refused) is rejected with the canary's reason, and one
+over the attribution limits (forced share, patch-alone success) with that figure and limit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from harness_r1.sandbox.gate import (
     GateConfig,
     GateDecision,
     PairedOutcome,
+    attribution_refusal,
     decide,
     reject_unevaluated,
 )
@@ -52,15 +54,27 @@ def run_gated(
 ) -> GatedReport:
     """Both runs judge the candidates composed onto `incumbent` against `incumbent`."""
     report = runner.evaluate(batch, candidates, incumbent)
+    by_id = {r.candidate_id: r for r in report.candidates}
+    # a candidate the batch already rejects (unevaluated, over a limit) costs no guard run
+    judged = [
+        c
+        for c in candidates
+        if by_id[c.candidate_id].status == "evaluated"
+        and attribution_refusal(by_id[c.candidate_id], gate) is None
+    ]
     guard = None
-    if guard_batch is not None:
-        guard = runner.evaluate(guard_batch, candidates, incumbent)
+    if guard_batch is not None and judged:
+        guard = runner.evaluate(guard_batch, judged, incumbent)
     guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
     decisions: dict[str, GateDecision] = {}
     for result in report.candidates:
         if result.status != "evaluated":
             reason = f"{result.status}: {result.invalid_reason}"
             decisions[result.candidate_id] = reject_unevaluated(reason)
+            continue
+        over_limit = attribution_refusal(result, gate)
+        if over_limit is not None:
+            decisions[result.candidate_id] = reject_unevaluated(over_limit)
             continue
         guard_result = guard_by_id.get(result.candidate_id)
         guard_pairs = pairs_of(guard_result) if guard_result else None

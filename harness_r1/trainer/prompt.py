@@ -155,6 +155,10 @@ class PromptConfig:
     # the hooks the engineer may write (issue 20's ablation removes one): the prompt teaches
     # only these, and `propose.classify` refuses a patch that writes another
     hooks: tuple[HookName, ...] = tuple(HookName)
+    # the gate's advisory profile: the prompt asks for advice (skills, notes, hints, vetoes,
+    # rewrites of the model's own proposal, recovery), not forced steps; its examples and its
+    # template menu are advisory only
+    advisory: bool = False
 
 
 def hooks_without(removed: Sequence[str] = ()) -> tuple[HookName, ...]:
@@ -278,7 +282,8 @@ def default_examples(env: str, config: PromptConfig | None = None) -> list[Promp
     def writable(example: PromptExample) -> bool:
         return {h.hook for h in example.patch.hooks} <= set(config.hooks)
 
-    chosen = [e for e in (SNAP_EXAMPLE, reference or LOOP_EXAMPLE) if writable(e)]
+    own = LOOP_EXAMPLE if config.advisory else reference or LOOP_EXAMPLE  # references force
+    chosen = [e for e in (SNAP_EXAMPLE, own) if writable(e)]
     if len(chosen) < 2 and writable(LOOP_EXAMPLE) and LOOP_EXAMPLE not in chosen:
         chosen.insert(0, LOOP_EXAMPLE)  # the env's own example stays last (the lean one)
     return chosen
@@ -438,11 +443,16 @@ def system_prompt(
     chosen = default_examples(env, config) if examples is None else list(examples)
     if config.lean:
         return _lean_system_prompt(env, chosen[-1:], config)
+    task = (
+        ADVISORY_TASK
+        if config.advisory
+        else "carry task knowledge (plans, skills, forced steps), fix invalid actions, break "
+        "loops; never use task ids."
+    )
     lines = [
         f"You are a harness engineer. A frozen LLM agent (the target) fails {env} tasks. Write a "
         "patch, Python hooks run around the target, that raises its success on tasks like those "
-        "in the report: carry task knowledge (plans, skills, forced steps), fix invalid actions, "
-        "break loops; never use task ids.",
+        f"in the report: {task}",
         "",
         *_hooks_section(config.hooks),
         "",
@@ -466,9 +476,14 @@ def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: Pro
         if hook in config.hooks
     )
     names = ", ".join(config.hooks)
+    task = (
+        ADVISORY_TASK
+        if config.advisory
+        else "task knowledge, fixing invalid actions, breaking loops."
+    )
     lines = [
         f"You are a harness engineer. A frozen agent fails {env} tasks. Write Python hooks run "
-        "around it that make it succeed: task knowledge, fixing invalid actions, breaking loops.",
+        f"around it that make it succeed: {task}",
         "Each hook: `def hook(ctx, state):` returning None or an effect:",
         *effects,
         f"ctx keys: {', '.join(ctx_keys())}{'; ' + extra if extra else ''}. state: a dict kept "
@@ -482,10 +497,21 @@ def _lean_system_prompt(env: str, examples: Sequence[PromptExample], config: Pro
     ]
     for example in examples:
         lines += ["Example:", render_completion(example.patch, example.think)]
-    return "\n".join(lines + template_menu(env, config.hooks))
+    return "\n".join(lines + template_menu(env, config.hooks, advisory=config.advisory))
 
 
-def template_menu(env: str, hooks: Sequence[HookName] = tuple(HookName)) -> list[str]:
+#: What the engineer is asked for under the gate's advisory profile (sandbox/gate.py).
+ADVISORY_TASK = (
+    "guide and check the model, never act for it: skills and notes with task knowledge, hints "
+    "after feedback, vetoes of bad proposals, rewrites of the model's own proposal into a valid "
+    "command, recovery from loops; never use task ids. Forced actions are rejected: a patch "
+    "that forces more than a tenth of the steps, or wins tasks without the model, fails the gate."
+)
+
+
+def template_menu(
+    env: str, hooks: Sequence[HookName] = tuple(HookName), *, advisory: bool = False
+) -> list[str]:
     """The library templates an engineer may name instead of writing code (a template call,
     `trainer.template_calls`), each as the call of its default parameters, among `hooks`.
 
@@ -496,7 +522,11 @@ def template_menu(env: str, hooks: Sequence[HookName] = tuple(HookName)) -> list
     from harness_r1.trainer.teacher import TemplateChoice  # it imports this module
     from harness_r1.trainer.templates import templates_for
 
-    calls = [TemplateChoice.of(t.name).label() for t in templates_for(env) if t.hook in hooks]
+    calls = [
+        TemplateChoice.of(t.name).label()
+        for t in templates_for(env)
+        if t.hook in hooks and (t.role == "advisory" or not advisory)
+    ]
     if not calls:
         return []
     return [

@@ -13,12 +13,18 @@ layers, so a group of a missing block and a bad JSON string still ranks its samp
   a template call naming wrongly    0.5   (bad_template_call: trainer/template_calls.py)
   a static check refused it         0.25
   the runner's validator refused it 0.25
+  evaluated, but over the gate's     0.25  (attribution limits: forced share, patch-alone
+    attribution limits                       success; sandbox/gate.py)
   evaluated, but its hooks faulted  delta + 0.125 x invalid_reward
 
 A hook that faults is skipped by the harness (fail-open), so a faulting patch usually scores
 the delta of no patch; the small fault term ranks a patch that runs cleanly above one that
 only survives because the harness ignores it. With `graded=False` every invalid patch gets
 `invalid_reward` and an evaluated patch its delta: the paper's reward, the default.
+
+Under attribution limits (`attribution`, the gate's config: the advisory profile), a patch the
+gate rejects for forcing the model's actions or winning without it is rewarded as refused,
+never with its delta: the engineer learns that a solver is not what the operator asked for.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 
 from harness_r1.contracts import CandidateResult
 from harness_r1.sandbox.canary import WORKER_EVENTS
+from harness_r1.sandbox.gate import GateConfig, attribution_refusal
 
 # How much of `invalid_reward` each failure keeps (1.0: the whole penalty).
 PARSE_WEIGHTS: Mapping[str, float] = {
@@ -40,6 +47,7 @@ PARSE_WEIGHTS: Mapping[str, float] = {
 }
 STATIC_WEIGHT = 0.25
 RUNNER_REFUSED_WEIGHT = 0.25
+ATTRIBUTION_WEIGHT = 0.25
 FAULT_WEIGHT = 0.125
 
 
@@ -49,6 +57,7 @@ class InvalidRewardShape:
 
     invalid_reward: float = 0.0
     graded: bool = False
+    attribution: GateConfig | None = None  # the gate whose attribution limits apply
 
     def __post_init__(self) -> None:
         if self.graded and self.invalid_reward >= 0:
@@ -60,9 +69,12 @@ class InvalidRewardShape:
     def rejected(self, stage: str | None, reason: str | None) -> float:
         """A proposal refused before the canary ran: `stage` "parse" (with the ParseCode as
         `reason`), "static", "scope" (a hook the engineer may not write; graded as a runner
-        refusal), or "runner" (the runner's own validator)."""
+        refusal), "runner" (the runner's own validator) or "attribution" (over the gate's
+        attribution limits)."""
         if not self.graded:
             return self.invalid_reward
+        if stage == "attribution":
+            return self.invalid_reward * ATTRIBUTION_WEIGHT
         if stage == "parse":
             return self.invalid_reward * PARSE_WEIGHTS.get(str(reason), 1.0)
         if stage == "static":
@@ -75,6 +87,10 @@ class InvalidRewardShape:
         a missing delta. The one place the trainer and the daemon map results to rewards."""
         if result.status == "invalid":
             return self.rejected("runner", result.invalid_reason)
+        if result.status == "evaluated" and self.attribution is not None:
+            over = attribution_refusal(result, self.attribution)
+            if over is not None:
+                return self.rejected("attribution", over)
         value = getattr(result, metric) if result.status == "evaluated" else None
         return None if value is None else self.evaluated(float(value), result.sandbox_events)
 

@@ -161,6 +161,8 @@ class TeacherConfig:
     top_first: int = 5
     attempts: int = 24
     limits: StaticLimits = field(default_factory=StaticLimits)
+    # the gate's advisory profile: only templates whose role is "advisory" (no forced steps)
+    advisory: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_templates <= 3 or not 1 <= self.max_per_hook <= 3:
@@ -179,6 +181,7 @@ def library_table() -> list[dict[str, Any]]:
             "params": [p.describe() for p in t.params],
             "signals": dict(t.weights),
             "composable": t.composable,
+            "role": t.role,
             "purpose": t.purpose,
         }
         for t in sorted(TEMPLATES.values(), key=lambda t: (str(t.hook), t.name))
@@ -205,12 +208,16 @@ class TemplateTeacher:
 
     def rank(self, packet: FailurePacket, *, live: bool = False) -> list[tuple[Template, float]]:
         """The templates that apply to the packet's env with a positive score, best first:
-        those not already live (rule 6), or with `live` only those that are."""
+        those not already live (rule 6), or with `live` only those that are; advisory ones
+        only under the advisory profile."""
         features = packet_features(packet)
         running = live_templates(packet)
-        scored = [
-            (t, t.score(features)) for t in templates_for(packet.env) if (t.name in running) == live
+        offered = [
+            t
+            for t in templates_for(packet.env)
+            if (t.name in running) == live and (t.role == "advisory" or not self.config.advisory)
         ]
+        scored = [(t, t.score(features)) for t in offered]
         ranked = [(t, s) for t, s in scored if s > 0 or live]
         return sorted(ranked, key=lambda item: (-item[1], item[0].name))
 

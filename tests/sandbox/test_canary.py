@@ -19,6 +19,7 @@ from harness_r1.contracts import (
     CandidateResult,
     HookCode,
     HookName,
+    OriginCounts,
     PairedTask,
     Patch,
     TargetRef,
@@ -155,6 +156,9 @@ def validator(p: Patch) -> str | None:
 
 
 def runner(policy: ScriptedPolicy, **config: Any) -> CanaryRunner:
+    """A canary on the door env; without the patch-alone control unless asked for, so the
+    episode counts of the tests below are the model's (the control has tests of its own)."""
+    config.setdefault("patch_alone", False)
     runtime = HarnessRuntime(SUITE, policy, Path("."), RunConfig(lockstep=32))
     sandbox = SandboxConfig()
 
@@ -209,6 +213,37 @@ def test_episodes_cost_n_plus_kn_not_2kn() -> None:
     episodes = report.baseline_cost.episodes + sum(c.cost.episodes for c in report.candidates)
     assert episodes == 8 + 4 * 8  # naive design: 2 * 4 * 8 = 64
     assert DoorEnv.resets == 8 + 4 * 8  # counted by the env itself, not by the runner
+    DoorEnv.resets = 0
+    policy = ScriptedPolicy(["ACTION: dance"])
+    controlled = runner(policy, patch_alone=True)
+    controlled.evaluate(BATCH, [Candidate(f"c{i}", p) for i, p in enumerate(distinct)])
+    # each candidate's patch-alone control adds its n episodes, and no model call
+    assert DoorEnv.resets == 8 + 4 * 8 + 4 * 8
+    assert policy.calls == 4 + 1  # the baseline's 4 rounds, the candidates' 1 (forced: none)
+
+
+ADVICE = patch(
+    "def hook(ctx, state):\n    return 'The door opens with: open door'\n", HookName.PRE_DECISION
+)
+
+
+def test_patch_alone_control_runs_the_overlay_under_the_null_policy() -> None:
+    """A forcing patch wins without the model (the harness alone); advice wins nothing there,
+    however much it helps a model that reads it."""
+    reader = ScriptedPolicy(
+        lambda messages: "ACTION: open door" if "open door" in messages[-1]["content"] else "x"
+    )
+    canary = runner(reader, patch_alone=True)
+    report = canary.evaluate(BATCH, [Candidate("open", OPEN), Candidate("advice", ADVICE)])
+    by_id = {c.candidate_id: c for c in report.candidates}
+    forced, advice = by_id["open"], by_id["advice"]
+    assert forced.patch_alone is not None and advice.patch_alone is not None
+    assert (forced.patch_alone.successes, forced.patch_alone.tasks) == (4, 8)  # even tasks
+    assert forced.patch_alone.origins.forced == 8 and forced.forced_share == 1.0
+    assert advice.delta_success == pytest.approx(0.5)  # the model read the note and acted
+    assert advice.patch_alone.successes == 0 and advice.patch_alone_success == 0.0
+    assert advice.forced_share == 0.0 and advice.origins.model == advice.origins.steps == 8
+    assert report.baseline_origins.model == report.baseline_origins.steps > 0
 
 
 def test_identical_candidates_run_once_and_are_judged_alike() -> None:
@@ -399,7 +434,8 @@ def evaluated(
     events: dict[str, int] | None = None,
     effects: dict[str, int] | None = None,
 ) -> CandidateResult:
-    """The result of a candidate run on BATCH against an all-failing baseline."""
+    """The result of a candidate run on BATCH against an all-failing baseline; its steps were
+    all forced when it forced any (`effects`), else all the model's."""
     pairs = [
         PairedTask(
             task_id=t.task_id,
@@ -427,6 +463,11 @@ def evaluated(
         delta_interval=interval,
         sandbox_events=events or {},
         applied_effects=effects or {},
+        origins=(
+            OriginCounts(forced=cost.steps)
+            if (effects or {}).get("force")
+            else OriginCounts(model=cost.steps)
+        ),
         cost=cost,
         reward=delta,
     )
@@ -446,7 +487,13 @@ def test_the_report_holds_each_candidates_whole_result_in_the_order_given() -> N
         made.append((p.sha256(), candidate_id, hooks))
         return hooks
 
-    config = CanaryConfig(invalid_reward=-0.5, bootstrap_samples=samples, alpha=alpha, control=True)
+    config = CanaryConfig(
+        invalid_reward=-0.5,
+        bootstrap_samples=samples,
+        alpha=alpha,
+        control=True,
+        patch_alone=False,  # tested on its own
+    )
     canary = CanaryRunner(runtime, factory, validator, config, BaselineCache())
     candidates = [
         Candidate("unparsed", None, "parse_error: no hook found"),
@@ -499,6 +546,7 @@ def test_the_report_holds_each_candidates_whole_result_in_the_order_given() -> N
         baseline_cost=CandidateCost(
             episodes=8, steps=32, generated_tokens=64, seconds=report.baseline_cost.seconds
         ),
+        baseline_origins=OriginCounts(model=32),
         candidates=[
             invalid("unparsed", None, "parse_error: no hook found"),
             invalid("empty", None, "no_patch: the candidate carries no patch"),
@@ -664,6 +712,7 @@ def test_baselines_persist_on_disk_one_file_per_batch(tmp_path: Path) -> None:
         "steps": 1,
         "faults": {},
         "effects": {},
+        "origins": {"model": 1, "rewritten": 0, "forced": 0, "vetoed_then_model": 0},
     }
     restarted = fresh()
     for _ in range(2):  # from disk, then from memory

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness_r1.cli.jobs.target import TargetSpec
-from harness_r1.contracts import CanaryReport
+from harness_r1.contracts import CanaryReport, format_share
 from harness_r1.envs import get_suite
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import (
@@ -132,9 +132,11 @@ def run_canary(
 def canary_table(
     report: CanaryReport, guard: CanaryReport | None, decisions: dict[str, GateDecision]
 ) -> Table:
+    base_forced = report.baseline_origins.forced_share if report.baseline_origins.steps else None
     title = (
         f"canary on {report.env}: {report.tasks} tasks, baseline success "
-        f"{report.baseline_success_rate:.1%} ({report.target.model_id})"
+        f"{report.baseline_success_rate:.1%}, forced share {format_share(base_forced)} "
+        f"({report.target.model_id}, incumbent {report.incumbent_overlay_id})"
     )
     table = Table(title=title)
     columns = (
@@ -145,7 +147,8 @@ def canary_table(
         "d reward",
         "guard delta",
         "hook faults",
-        "forced steps",
+        "forced share",
+        "patch alone",
         "episodes",
         "gate",
     )
@@ -157,8 +160,14 @@ def canary_table(
         interval = result.delta_interval
         guard_result = guard_by_id.get(result.candidate_id)
         faults = sum(v for k, v in result.sandbox_events.items() if k not in WORKER_EVENTS)
-        forced = result.applied_effects.get("force", 0) + result.applied_effects.get("rewrite", 0)
-        forced_text = f"{forced}/{result.cost.steps}" if result.cost.steps else "-"
+        origins = result.origins
+        forced_text = (
+            f"{origins.forced_share:.2f} ({origins.forced}/{origins.steps})"
+            if origins.steps
+            else "-"
+        )
+        alone = result.patch_alone
+        alone_text = f"{alone.successes}/{alone.tasks}" if alone is not None else "-"
         table.add_row(
             result.candidate_id,
             result.status if result.status != "invalid" else f"invalid ({result.invalid_reason})",
@@ -170,6 +179,7 @@ def canary_table(
             else "-",
             str(faults),
             forced_text,
+            alone_text,
             str(result.cost.episodes),
             f"{decision.verdict}: {decision.reasons[-1]}",
         )
@@ -184,6 +194,7 @@ def canary_table(
             f"{c.delta_mean_reward or 0.0:+.3f}",
             "-",
             "0",
+            format_share(c.forced_share),
             "-",
             str(c.cost.episodes),
             "pairing noise",

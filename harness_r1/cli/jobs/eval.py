@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness_r1.cli.jobs.target import TargetSpec
-from harness_r1.contracts import Trajectory
+from harness_r1.contracts import Trajectory, format_share
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
 from harness_r1.harness.evaluation import summarize
@@ -42,7 +42,8 @@ class EvalRequest:
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
     table = Table(title=title)
-    for column in ("env", "task type", "n", "success", "95% interval", "mean reward"):
+    columns = ("env", "task type", "n", "success", "95% interval", "mean reward", "forced share")
+    for column in columns:
         table.add_column(column, justify="right" if column not in ("env", "task type") else "left")
     for row in summarize(trajectories):
         low, high = row.interval
@@ -53,6 +54,7 @@ def rate_table(trajectories: list[Trajectory], title: str) -> Table:
             f"{row.successes}/{row.n} ({row.rate:.1%})",
             f"[{low:.1%}, {high:.1%}]",
             f"{row.mean_reward:.3f}",
+            format_share(row.forced_share),
         )
     return table
 

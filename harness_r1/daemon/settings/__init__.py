@@ -16,6 +16,7 @@ groups and keep their names and `HARNESS_R1_<FIELD>` variables; the CLI reads th
 
 from harness_r1.daemon.settings.errors import ENV_PREFIX, MASK, SettingsError, describe_error
 from harness_r1.daemon.settings.groups import (
+    GateOptions,
     GuardOptions,
     KafkaOptions,
     LoopOptions,
@@ -30,6 +31,7 @@ __all__ = [
     "CONFIG_ENV",
     "ENV_PREFIX",
     "MASK",
+    "GateOptions",
     "GuardOptions",
     "KafkaOptions",
     "LoopOptions",

@@ -22,7 +22,7 @@ from harness_r1.deploy.guard import GuardConfig
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.harness.runtime import RunConfig
 from harness_r1.sandbox.executor import SandboxConfig
-from harness_r1.sandbox.gate import GateConfig
+from harness_r1.sandbox.gate import GATE_PROFILES, GateConfig
 
 
 def _lower(value: Any) -> Any:
@@ -448,6 +448,51 @@ class GuardOptions(_Group):
                 "make max_episodes >= min_episodes (e.g. 20 and 400)"
             )
         return self
+
+
+GateProfile = Annotated[Literal["default", "advisory"], BeforeValidator(_lower)]
+
+
+class GateOptions(_Group):
+    """How much of the agent a patch may take over (sandbox/gate.py, attribution limits).
+
+    `profile: advisory` holds patches to advice: at most 10% of steps forced, nothing won by
+    the harness without the model; the template teacher then offers only advisory templates and
+    the engineer's prompt stops inviting forced steps. `default` sets no limit (solver patches
+    may be promoted, their forced share and patch-alone success still reported). A limit set
+    here wins over the profile's."""
+
+    profile: GateProfile = Field(
+        default="default",
+        description="default (no attribution limits) or advisory (max_forced_share 0.1, "
+        "max_patch_alone_success 0; advisory templates and prompt only).",
+    )
+    max_forced_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Reject a candidate whose hooks forced more than this share of its batch "
+        "steps (null: the profile's limit, none for default).",
+    )
+    max_patch_alone_success: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Reject a candidate whose overlay wins more than this share of the batch "
+        "under the null policy, i.e. without the model (null: the profile's limit).",
+    )
+
+    @property
+    def advisory(self) -> bool:
+        return self.profile == "advisory"
+
+    def limits(self) -> dict[str, float | None]:
+        """The effective limits: the profile's, overridden by those set here."""
+        limits: dict[str, float | None] = dict(GATE_PROFILES[self.profile])
+        for name in ("max_forced_share", "max_patch_alone_success"):
+            if getattr(self, name) is not None:
+                limits[name] = getattr(self, name)
+        return limits
 
 
 class SandboxOptions(_Group):

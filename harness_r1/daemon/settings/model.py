@@ -18,6 +18,7 @@ from pydantic_settings import (
 
 from harness_r1.daemon.settings.errors import ENV_PREFIX, SettingsError, describe_error
 from harness_r1.daemon.settings.groups import (
+    GateOptions,
     GuardOptions,
     KafkaOptions,
     LoopOptions,
@@ -78,6 +79,10 @@ class Settings(BaseSettings):
     loop: LoopOptions = Field(default_factory=LoopOptions, description="The improvement loop.")
     scheduler: SchedulerOptions = Field(
         default_factory=SchedulerOptions, description="Periodic jobs."
+    )
+    gate: GateOptions = Field(
+        default_factory=GateOptions,
+        description="Attribution limits of the promotion gate (the advisory profile).",
     )
     guard: GuardOptions = Field(default_factory=GuardOptions, description="The live guard.")
     sandbox: SandboxOptions = Field(

@@ -8,9 +8,12 @@ from harness_r1.harness.policies.base import (
     PolicyError,
     SamplingConfig,
 )
+from harness_r1.harness.policies.null import NULL_OUTPUT, NullPolicy
 from harness_r1.harness.policies.scripted import ScriptedPolicy
 
 __all__ = [
+    "NULL_OUTPUT",
+    "NullPolicy",
     "ChatMessage",
     "Generation",
     "GenerationRequest",

@@ -228,6 +228,7 @@ def _explore_steer(f: Features) -> dict[str, Any]:
 TEMPLATES: tuple[Template, ...] = (
     Template(
         name="alfworld_skills",
+        role="advisory",
         hook=HookName.EPISODE_START,
         envs=ENVS,
         params=(
@@ -242,6 +243,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="alfworld_explore_on_nothing",
+        role="solver",
         hook=HookName.POST_FEEDBACK,
         envs=ENVS,
         params=(
@@ -257,6 +259,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="alfworld_take_place",
+        role="solver",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(ChoiceParam("open_closed", (True, False), True, "open a closed receptacle"),),
@@ -268,6 +271,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="alfworld_goal_reminder",
+        role="advisory",
         hook=HookName.PRE_DECISION,
         envs=ENVS,
         params=(

@@ -290,6 +290,10 @@ def _one(features: Features) -> float:
     return 1.0
 
 
+#: What a template does to the model's decisions (`Template.role`).
+TEMPLATE_ROLES = ("advisory", "solver")
+
+
 @dataclass(frozen=True)
 class Template:
     """One parameterised hook template.
@@ -308,6 +312,10 @@ class Template:
         them; sampled proposals use them half the time).
     partners: templates that complete this one (a lookup and the step that answers from its
         result); the teacher tends to take them together.
+    role: "advisory" (guides, checks or repairs the model's own decisions: skills, notes,
+        hints, vetoes, a rewrite of the model's own proposal into a valid command, recovery)
+        or "solver" (chooses actions for the model: forces). Under the gate's advisory profile
+        the teacher offers advisory templates only.
     """
 
     name: str
@@ -322,8 +330,13 @@ class Template:
     gate: Gate = _one
     steer: Steer | None = None
     partners: tuple[str, ...] = ()
+    role: str = ""
 
     def __post_init__(self) -> None:
+        if self.role not in TEMPLATE_ROLES:
+            raise ValueError(
+                f"{self.name}: role must be one of {TEMPLATE_ROLES}, got {self.role!r}"
+            )
         unknown = set(self.weights) - set(FEATURES)
         if unknown:
             raise ValueError(f"{self.name}: unknown features {sorted(unknown)}")

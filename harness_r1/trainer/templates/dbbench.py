@@ -326,6 +326,7 @@ def _query(f: Features) -> float:
 TEMPLATES: tuple[Template, ...] = (
     Template(
         name="db_skills",
+        role="advisory",
         hook=HookName.EPISODE_START,
         envs=ENVS,
         params=(
@@ -340,6 +341,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_explore_first",
+        role="solver",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -355,6 +357,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_lookup_first",
+        role="solver",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -371,6 +374,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_veto_repeat_sql",
+        role="advisory",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -384,6 +388,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_sql_error_hint",
+        role="advisory",
         hook=HookName.POST_FEEDBACK,
         envs=ENVS,
         params=(
@@ -397,6 +402,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_empty_result_hint",
+        role="advisory",
         hook=HookName.POST_FEEDBACK,
         envs=ENVS,
         params=(ChoiceParam("suggest", ("like", "distinct"), "distinct", "what to try"),),
@@ -407,6 +413,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_answer_rewrite",
+        role="advisory",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -421,6 +428,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_finish_modification",
+        role="solver",
         hook=HookName.POST_FEEDBACK,
         envs=ENVS,
         params=(
@@ -434,6 +442,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="db_commit_result",
+        role="solver",
         hook=HookName.POST_FEEDBACK,
         envs=ENVS,
         params=(

@@ -173,6 +173,7 @@ def @@fn@@(ctx, state):
 TEMPLATES: tuple[Template, ...] = (
     Template(
         name="snap_admissible",
+        role="advisory",
         hook=HookName.PRE_ACTION,
         envs=frozenset({"alfworld", "webshop"}),
         params=(
@@ -187,6 +188,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="veto_repeat",
+        role="advisory",
         hook=HookName.PRE_ACTION,
         envs=frozenset(),
         params=(
@@ -201,6 +203,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="recover_loop",
+        role="advisory",
         hook=HookName.POST_FEEDBACK,
         envs=frozenset(),
         params=(
@@ -215,6 +218,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="format_reminder",
+        role="advisory",
         hook=HookName.PRE_DECISION,
         envs=frozenset(),
         params=(
@@ -232,6 +236,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="progress_reminder",
+        role="advisory",
         hook=HookName.PRE_DECISION,
         envs=frozenset(),
         params=(IntParam("warn_at", 1, 6, 2, "remaining steps that trigger the warning"),),
@@ -243,6 +248,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="invalid_hint",
+        role="advisory",
         hook=HookName.POST_FEEDBACK,
         envs=frozenset(),
         params=(IntParam("shown", 3, 12, 6, "valid actions listed"),),

@@ -245,6 +245,7 @@ def _click_steer(f: Features) -> dict[str, Any]:
 TEMPLATES: tuple[Template, ...] = (
     Template(
         name="ws_skills",
+        role="advisory",
         hook=HookName.EPISODE_START,
         envs=ENVS,
         params=(
@@ -258,6 +259,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="ws_force_search",
+        role="solver",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -272,6 +274,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="ws_click_best",
+        role="solver",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -288,6 +291,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="ws_pick_options",
+        role="solver",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(
@@ -308,6 +312,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="ws_price_guard",
+        role="advisory",
         hook=HookName.PRE_ACTION,
         envs=ENVS,
         params=(FloatParam("slack", 1.0, 1.2, 1.0, 0.05, "factor on the bound"),),
@@ -318,6 +323,7 @@ TEMPLATES: tuple[Template, ...] = (
     ),
     Template(
         name="ws_invalid_click_hint",
+        role="advisory",
         hook=HookName.POST_FEEDBACK,
         envs=ENVS,
         params=(
