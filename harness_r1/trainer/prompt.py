@@ -282,7 +282,8 @@ def default_examples(env: str, config: PromptConfig | None = None) -> list[Promp
     def writable(example: PromptExample) -> bool:
         return {h.hook for h in example.patch.hooks} <= set(config.hooks)
 
-    own = LOOP_EXAMPLE if config.advisory else reference or LOOP_EXAMPLE  # references force
+    # the reference patches are solvers: under the advisory profile, the generic loop breaker
+    own = LOOP_EXAMPLE if config.advisory else reference or LOOP_EXAMPLE
     chosen = [e for e in (SNAP_EXAMPLE, own) if writable(e)]
     if len(chosen) < 2 and writable(LOOP_EXAMPLE) and LOOP_EXAMPLE not in chosen:
         chosen.insert(0, LOOP_EXAMPLE)  # the env's own example stays last (the lean one)

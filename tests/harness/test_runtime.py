@@ -6,13 +6,22 @@ envs get their own tests and a real-model episode in tests/integration.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness_r1.contracts import EffectKind, HookName, TaskSpec, Termination
+from harness_r1.contracts import (
+    ActionOrigin,
+    EffectKind,
+    HookName,
+    OriginCounts,
+    TaskSpec,
+    Termination,
+    Trajectory,
+)
 from harness_r1.envs.base import EnvError, EnvSuite, StepResult
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, InProcessHooks, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
@@ -393,3 +402,143 @@ def test_every_model_call_is_recorded_with_what_the_model_read_and_wrote() -> No
     assert [r.messages for r in records] == read
     assert {r.trajectory_id for r in records} == {trajectory.trajectory_id}
     assert [s.raw_output for s in trajectory.steps] == ["ACTION: look", "ACTION: open door"]
+
+
+# -- who decided each action (contracts/attribution.py) ----------------------------------------
+
+
+def _origins(trajectory: Trajectory) -> list[ActionOrigin]:
+    return [step.origin for step in trajectory.steps]
+
+
+def test_a_plain_model_step_is_the_models() -> None:
+    trajectory, _ = _run(ScriptedPolicy(["ACTION: look", "ACTION: open door"]))
+    assert _origins(trajectory) == ["model", "model"]
+    assert trajectory.origins == OriginCounts(model=2)
+    assert trajectory.origins.model_share == 1.0 and trajectory.origins.forced_share == 0.0
+
+
+def test_a_rewrite_of_the_proposal_is_rewritten_and_a_rewrite_to_itself_is_the_models() -> None:
+    def snap(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        return {"effect": "rewrite", "text": ctx["proposed_action"].replace("dance", "look")}
+
+    hooks = InProcessHooks("ov", {HookName.PRE_ACTION: snap})
+    trajectory, env = _run(ScriptedPolicy(["ACTION: dance", "ACTION: open door"]), hooks)
+    assert env.actions == ["look", "open door"]
+    assert _origins(trajectory) == ["rewritten", "model"]
+    assert [len(s.effects) for s in trajectory.steps] == [1, 0]  # no-op rewrite: no effect
+    assert trajectory.origins == OriginCounts(model=1, rewritten=1)
+    assert trajectory.origins.model_share == 0.5 and trajectory.origins.forced_share == 0.0
+
+
+def test_forces_from_pre_action_and_post_feedback_are_forced() -> None:
+    def pre(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        return {"effect": "force", "text": "look"} if ctx["step"] == 0 else None
+
+    def post(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        return {"effect": "force", "text": "open door"} if ctx["action"] == "look" else None
+
+    hooks = InProcessHooks("ov", {HookName.PRE_ACTION: pre, HookName.POST_FEEDBACK: post})
+    trajectory, env = _run(ScriptedPolicy(["ACTION: smash door"]), hooks)
+    assert env.actions == ["look", "open door"] and trajectory.outcome.success
+    assert _origins(trajectory) == ["forced", "forced"]
+    assert trajectory.origins.forced_share == 1.0 and trajectory.origins.model_share == 0.0
+
+
+def test_a_veto_then_the_models_own_proposal_is_vetoed_then_model() -> None:
+    def no_smash(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        if ctx["proposed_action"] == "smash door":
+            return {"effect": "veto", "text": "not allowed"}
+        return None
+
+    def respond(messages: Any) -> str:
+        return (
+            "ACTION: open door"
+            if "not allowed" in messages[-1]["content"]
+            else "ACTION: smash door"
+        )
+
+    hooks = InProcessHooks("ov", {HookName.PRE_ACTION: no_smash})
+    trajectory, _ = _run(ScriptedPolicy(respond), hooks)
+    assert _origins(trajectory) == ["vetoed_then_model"]
+    assert trajectory.origins.model_share == 1.0  # the model still chose
+
+
+def test_a_veto_limit_reached_lets_the_models_proposal_through_as_vetoed_then_model() -> None:
+    def always(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        return {"effect": "veto", "text": "no"}
+
+    hooks = InProcessHooks("ov", {HookName.PRE_ACTION: always})
+    trajectory, _ = _run(ScriptedPolicy(["ACTION: smash door"]), hooks, max_vetoes_per_step=1)
+    assert _origins(trajectory) == ["vetoed_then_model"]
+
+
+def test_a_veto_then_a_rewrite_is_rewritten() -> None:
+    def hook(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        if ctx["proposed_action"] == "smash door":
+            return {"effect": "veto", "text": "not allowed"}
+        return {"effect": "rewrite", "text": "open door"}
+
+    def respond(messages: Any) -> str:
+        return "ACTION: dance" if "not allowed" in messages[-1]["content"] else "ACTION: smash door"
+
+    hooks = InProcessHooks("ov", {HookName.PRE_ACTION: hook})
+    trajectory, _ = _run(ScriptedPolicy(respond), hooks)
+    assert _origins(trajectory) == ["rewritten"]
+
+
+def _as_schema_1_0(trajectory: Trajectory) -> dict[str, Any]:
+    """What a producer of schema 1.0 wrote: no origin on steps, no origins counts."""
+    data = json.loads(trajectory.to_json_bytes())
+    data["schema_version"] = "1.0"
+    del data["origins"]
+    for step in data["steps"]:
+        del step["origin"]
+    return data
+
+
+def test_old_records_are_read_with_origins_inferred_as_the_runtime_records_them() -> None:
+    """Each effect kind, run by the runtime, then stripped to schema 1.0 and read again: the
+    inferred origins are the ones the runtime recorded."""
+
+    def hook(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        step = ctx["step"]
+        if step == 0:
+            return {"effect": "rewrite", "text": "look"}
+        if step == 1 and ctx["proposed_action"] != "look":
+            return {"effect": "veto", "text": "not allowed"}
+        return None
+
+    def post(ctx: dict[str, Any], state: dict[str, Any]) -> Any:
+        return {"effect": "force", "text": "look"} if ctx["step"] == 2 else None
+
+    def respond(messages: Any) -> str:
+        return "ACTION: look" if "not allowed" in messages[-1]["content"] else "ACTION: dance"
+
+    hooks = InProcessHooks("ov", {HookName.PRE_ACTION: hook, HookName.POST_FEEDBACK: post})
+    trajectory, _ = _run(ScriptedPolicy(respond), hooks)
+    assert [str(o) for o in _origins(trajectory)][:4] == [
+        "rewritten",
+        "vetoed_then_model",
+        "forced",  # post_feedback after the second step forced the third
+        "model",
+    ]
+    old = Trajectory.model_validate(_as_schema_1_0(trajectory))
+    assert old.schema_version == "1.0"
+    assert _origins(old) == _origins(trajectory) and old.origins == trajectory.origins
+    assert trajectory.schema_version == "1.1"
+
+
+def test_counts_that_contradict_the_steps_are_refused() -> None:
+    trajectory, _ = _run(ScriptedPolicy(["ACTION: open door"]))
+    data = json.loads(trajectory.to_json_bytes())
+    data["origins"] = {"model": 0, "rewritten": 0, "forced": 1, "vetoed_then_model": 0}
+    with pytest.raises(ValueError, match="do not match the steps"):
+        Trajectory.model_validate(data)
+
+
+def test_shares_of_no_steps_are_zero_and_counts_add_up() -> None:
+    assert OriginCounts().forced_share == 0.0 and OriginCounts().model_share == 0.0
+    total = OriginCounts.total([OriginCounts(model=3, forced=1), OriginCounts(rewritten=2)])
+    assert total == OriginCounts(model=3, forced=1, rewritten=2) and total.steps == 6
+    assert total.forced_share == pytest.approx(1 / 6) and total.model_share == 0.5

@@ -970,3 +970,48 @@ def test_a_candidate_that_spends_the_episode_hook_budget_is_invalid() -> None:
     assert busy.invalid_reason.startswith("hook_budget: the hooks spent an episode's hook time")
     assert busy.sandbox_events["over_budget"] == 8  # once per episode, never more
     assert by_id["open"].status == "evaluated" and by_id["open"].delta_success == 0.5
+
+
+def test_the_advisory_profile_rejects_a_solver_with_its_figures_and_promotes_advice() -> None:
+    """The gate's attribution limits on a real canary run (the scripted policy is the stand-in
+    for a model that acts on what it reads): the forcing patch is rejected with its forced
+    share, or its patch-alone success, and the limit in the reason, its reward is the refusal's;
+    the note that the model acts on is promoted and keeps its delta as reward."""
+    from harness_r1.sandbox.gate import ADVISORY_LIMITS, GateConfig
+    from harness_r1.sandbox.gated import run_gated
+    from harness_r1.trainer.shaping import InvalidRewardShape
+
+    reader = ScriptedPolicy(
+        lambda messages: "ACTION: open door" if "open door" in messages[-1]["content"] else "x"
+    )
+    canary = runner(reader, patch_alone=True)
+    candidates = [Candidate("open", OPEN), Candidate("advice", ADVICE)]
+    advisory = GateConfig(min_batch_tasks=1, min_guard_tasks=0, **ADVISORY_LIMITS)
+    gated = run_gated(canary, BATCH, None, candidates, advisory)
+    solver, advice = gated.decisions["open"], gated.decisions["advice"]
+    assert solver.verdict == "reject" and not solver.promote
+    assert "forced 1.00 of the steps (8 of 8)" in solver.reasons[0]
+    assert "the limit is 0.10 (gate.max_forced_share)" in solver.reasons[0]
+    assert advice.promote and advice.verdict == "promote"
+
+    alone_only = GateConfig(min_batch_tasks=1, min_guard_tasks=0, max_patch_alone_success=0.0)
+    gated = run_gated(canary, BATCH, None, candidates, alone_only)
+    reason = gated.decisions["open"].reasons[0]
+    assert "the harness alone solved 4 of 8 tasks (0.50) under the null policy" in reason
+    assert "(gate.max_patch_alone_success)" in reason and gated.decisions["advice"].promote
+
+    by_id = {r.candidate_id: r for r in gated.report.candidates}
+    shape = InvalidRewardShape(-0.25, attribution=advisory)
+    assert shape.of_result(by_id["open"]) == -0.25  # not its +0.5 delta
+    assert shape.of_result(by_id["advice"]) == pytest.approx(0.5)
+    assert InvalidRewardShape(-0.25).of_result(by_id["open"]) == pytest.approx(0.5)  # default
+
+
+def test_the_advisory_gate_refuses_a_candidate_whose_control_did_not_run() -> None:
+    canary = runner(ScriptedPolicy(["x"]), patch_alone=False)
+    from harness_r1.sandbox.gate import ADVISORY_LIMITS, GateConfig
+    from harness_r1.sandbox.gated import run_gated
+
+    advisory = GateConfig(min_batch_tasks=1, min_guard_tasks=0, **ADVISORY_LIMITS)
+    gated = run_gated(canary, BATCH, None, [Candidate("advice", ADVICE)], advisory)
+    assert "patch-alone control did not run" in gated.decisions["advice"].reasons[0]

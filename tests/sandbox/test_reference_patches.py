@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness_r1.contracts import Patch
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import RunConfig
@@ -15,6 +16,8 @@ from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.trainer.teacher import TeacherConfig, TemplateChoice, TemplateTeacher
+from harness_r1.trainer.templates import templates_for
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +58,57 @@ def test_reference_patch_raises_success(
     assert patched >= minimum, (patched, result.sandbox_events)
     assert result.delta_success is not None and result.delta_success > 0
     assert "timeouts" not in result.sandbox_events and "raised" not in result.sandbox_events
+    # a solver: it wins tasks with no model at all (the patch-alone control, null policy)
+    assert result.patch_alone is not None and result.patch_alone.successes > 0
+    # by the forces of a few steps: DBBench's lookup forces one step of ~4 (9% of them) and that
+    # step is the answer, so forced share alone would pass it as advice; the control does not
+    assert result.forced_share is not None and result.forced_share > 0
+
+
+def advisory_patch(env: str) -> Patch:
+    """Every advisory template of the env's library that composes with the ones before it,
+    at its default parameters: the most advice the teacher can give in one patch."""
+    teacher = TemplateTeacher(TeacherConfig(advisory=True))
+    chosen: list[TemplateChoice] = []
+    for template in templates_for(env):
+        if template.role != "advisory":
+            continue
+        trial = [*chosen, TemplateChoice.of(template.name)]
+        try:
+            teacher.render_patch(env, trial)
+        except ValueError:
+            continue
+        chosen = trial
+    assert len(chosen) >= 3, [c.name for c in chosen]
+    return teacher.render_patch(env, chosen)
+
+
+@pytest.mark.parametrize(("env", "split", "n", "steps", "junk", "minimum"), CASES[1:])
+def test_advisory_templates_win_nothing_without_the_model(
+    env: str, split: str, n: int, steps: int, junk: str, minimum: int
+) -> None:
+    """The null-policy control on real tasks: the advisory templates together (skills, notes,
+    hints, vetoes, snapping the model's own proposal, recovery) solve nothing alone."""
+    del minimum
+    root = Settings().data_root()
+    suite = get_suite(env)
+    tasks = spread(suite.load_tasks(root, split), n)
+    canary = build_canary_runner(
+        suite,
+        ScriptedPolicy([junk]),
+        root,
+        RunConfig(max_steps=steps),
+        sandbox=SandboxConfig(call_budget_s=2.0),
+    )
+    runtime = canary.runtime
+    try:
+        report = canary.evaluate(
+            CanaryBatch(env, tuple(tasks), tuple(range(n))),
+            [Candidate("advice", advisory_patch(env))],
+        )
+    finally:
+        runtime.close()
+    [result] = report.candidates
+    assert result.status == "evaluated", result.invalid_reason
+    assert result.patch_alone is not None and result.patch_alone.tasks == n
+    assert result.patch_alone.successes == 0 and result.patch_alone.origins.forced == 0

@@ -753,3 +753,23 @@ def test_the_lean_prompt_is_a_third_of_the_full_one(
     lean, full = tokens(LEAN), tokens(PromptConfig())
     assert lean <= LEAN_TOKEN_BUDGET, lean
     assert lean * 2 < full, (lean, full)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+@pytest.mark.parametrize("env", ["alfworld", "dbbench", "webshop"])
+def test_the_advisory_prompt_asks_for_advice_not_forced_steps(env: str, lean: bool) -> None:
+    from harness_r1.trainer.prompt import ADVISORY_TASK, PromptConfig, system_prompt
+    from harness_r1.trainer.templates import TEMPLATES
+
+    default = system_prompt(env, config=PromptConfig(lean=lean))
+    advisory = system_prompt(env, config=PromptConfig(lean=lean, advisory=True))
+    assert ADVISORY_TASK in advisory and ADVISORY_TASK not in default
+    assert "forced steps)" not in advisory
+    solvers = [name for name, t in TEMPLATES.items() if t.role == "solver" and t.applies_to(env)]
+    assert solvers and any(f"{name}(" in default for name in solvers) == lean
+    assert not any(f"{name}(" in advisory for name in solvers)
+    # the examples: the generic loop breaker instead of a hook of the env's reference patch
+    # (a solver's)
+    assert "Break loops of repeated or useless actions." in advisory.split("Example")[-1]
+    if env != "alfworld":  # its reference hooks are over the example size: the loop breaker too
+        assert "Break loops of repeated or useless actions." not in default.split("Example")[-1]

@@ -5,6 +5,7 @@ proposed patch runs in the isolated worker with a visible effect on a real env."
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from harness_r1.sandbox.hooklib import hook_globals
 from harness_r1.sandbox.parse import parse_engineer_output
 from harness_r1.sandbox.static import check_patch, check_source
 from harness_r1.trainer.teacher import (
+    TeacherConfig,
     TemplateChoice,
     TemplateTeacher,
     choices_in,
@@ -594,3 +596,31 @@ def test_never_bought_is_a_webshop_signal_only() -> None:
         }
     )
     assert packet_features(unopened)["never_bought"] == 0.0  # the item click was refused
+
+
+def test_every_template_says_whether_it_advises_or_solves() -> None:
+    """A template that returns a force plays the task for the model: it must be a solver; the
+    advisory ones (skills, notes, hints, vetoes, rewrites of the model's own proposal,
+    recovery) never force, at any parameter value."""
+    roles = {name: t.role for name, t in TEMPLATES.items()}
+    assert set(roles.values()) == {"advisory", "solver"}
+    for name, template in TEMPLATES.items():
+        env = sorted(template.envs)[0] if template.envs else "dbbench"
+        rendered = [_render(name, env, **params) for params in _param_grid(name)]
+        forces = any(re.search(r"""['"]effect['"]: ['"]force['"]""", code) for code in rendered)
+        assert forces == (template.role == "solver"), name
+    assert library_table()[0]["role"] in ("advisory", "solver")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_advisory_teacher_offers_advisory_templates_only(env: str) -> None:
+    advisory = TemplateTeacher(TeacherConfig(advisory=True))
+    default = TemplateTeacher()
+    for packet in (PACKETS[env](), quiet_packet(env)):
+        offered = {t.name for t, _ in advisory.rank(packet)}
+        assert offered and all(TEMPLATES[name].role == "advisory" for name in offered)
+        for proposal in advisory.proposals(packet, 6, seed=0):
+            assert all(TEMPLATES[name].role == "advisory" for name in proposal.templates)
+    # the default profile still offers the solvers where the signals call for them
+    solvers = {t.name for p in PACKETS.values() for t, _ in default.rank(p()) if t.role == "solver"}
+    assert solvers
