@@ -62,6 +62,7 @@ class Step(Contract):
     faults: list[HookFault] = Field(default_factory=list)
     model_calls: int = Field(default=1, ge=0, description="Generations used (vetoes add calls).")
     origin: ActionOrigin = Field(
+        default=ActionOrigin.MODEL,  # never used: absent, it is inferred (the validator below)
         description="Who decided the action: model | rewritten | forced | vetoed_then_model "
         "(contracts/attribution.py). Inferred from effects and model_calls when absent "
         "(records of schema 1.0)."

@@ -113,6 +113,9 @@ class LoopMetricsSink:
     def batch(self, state: str) -> None: ...
     def candidate(self, env: str, result: str, delta: float | None) -> None: ...
     def gate(self, verdict: str) -> None: ...
+    def attribution(
+        self, env: str, forced_share: float | None, patch_alone: float | None
+    ) -> None: ...
     def packet(self) -> None: ...
     def guard(self, watching: int, verdicts: list[str]) -> None: ...
 
@@ -349,6 +352,10 @@ class ImprovementLoop:
                 rewards.append(shape.of_result(result))
             result_label = "evaluated" if evaluated else result.status
             self.metrics.candidate(gated.report.env, result_label, result.delta_success)
+            if evaluated:
+                self.metrics.attribution(
+                    gated.report.env, result.forced_share, result.patch_alone_success
+                )
             self.metrics.gate(gated.decisions[result.candidate_id].verdict)
         return tuple(rewards)
 
@@ -544,6 +551,8 @@ def _evidence(gated: GatedReport, cid: str, delta: float) -> dict[str, Any]:
         "delta_interval": result.delta_interval,
         "baseline_success_rate": gated.report.baseline_success_rate,
         "tasks": gated.report.tasks,
+        "forced_share": result.forced_share,
+        "patch_alone_success": result.patch_alone_success,
         "gate": _decision_json(gated.decisions[cid]),
     }
 

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -38,6 +38,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from harness_r1.contracts import ActionOrigin
 from harness_r1.daemon.control import COMMANDS, RESULTS
 from harness_r1.daemon.deadletter import REASON_CODES
 from harness_r1.envs import ENV_NAMES
@@ -64,6 +65,7 @@ def env_label(env: str) -> str:
 
 # Candidate minus base success rate on the same tasks: -1 (every task lost) to 1 (every task
 # won), finer near 0 where most candidates land.
+SHARE_BUCKETS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 CANARY_DELTA_BUCKETS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 _HANDLER_NAME = "harness-r1"
@@ -147,6 +149,36 @@ class DaemonMetrics:
             "Trajectories stored (new ones, not redelivered copies), by env and outcome "
             "(success, failure); records that are not stored are in dead_lettered",
             ["env", "outcome"],
+            registry=registry,
+        )
+        self.action_steps = Counter(
+            "harness_r1_action_steps",
+            "Steps of stored trajectories, by env and by who decided the action (origin: "
+            + ", ".join(ActionOrigin)
+            + ")",
+            ["env", "origin"],
+            registry=registry,
+        )
+        self.forced_action_share = Gauge(
+            "harness_r1_forced_action_share",
+            "Share of the steps of the trajectories stored since start that a hook forced "
+            "(the model did not decide them), by env; NaN before the first step",
+            ["env"],
+            registry=registry,
+        )
+        self.candidate_forced_share = Histogram(
+            "harness_r1_candidate_forced_share",
+            "Canaried candidates' share of forced steps on their batch, by env",
+            ["env"],
+            buckets=SHARE_BUCKETS,
+            registry=registry,
+        )
+        self.candidate_patch_alone = Histogram(
+            "harness_r1_candidate_patch_alone_success",
+            "Canaried candidates' success rate under the null policy (the harness without "
+            "the model), by env",
+            ["env"],
+            buckets=SHARE_BUCKETS,
             registry=registry,
         )
         self.duplicates = Counter(
@@ -273,6 +305,7 @@ class DaemonMetrics:
         )
         self._window = win_window
         self._recent: dict[str, deque[bool]] = {}
+        self._steps: dict[str, dict[str, int]] = {}  # env label -> origin -> steps since start
         self._lock = threading.Lock()
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
@@ -288,6 +321,11 @@ class DaemonMetrics:
             # Not 0 before the first candidate: no win rate yet is not a win rate of 0 (an
             # alert on a low win rate must not fire on a daemon that just started).
             self.patch_win_rate.labels(env=env).set(float("nan"))
+            self.forced_action_share.labels(env=env).set(float("nan"))
+            self.candidate_forced_share.labels(env=env)
+            self.candidate_patch_alone.labels(env=env)
+            for origin in ActionOrigin:
+                self.action_steps.labels(env=env, origin=origin)
         for reason in REASON_CODES:
             self.dead_lettered.labels(reason=reason)
         for op in BROKER_OPS:
@@ -316,6 +354,33 @@ class DaemonMetrics:
             recent.append(delta > 0)
             rate = sum(recent) / len(recent)
         self.patch_win_rate.labels(env=env).set(rate)
+
+    def observe_steps(self, steps_by_origin: Mapping[tuple[str, str], int]) -> None:
+        """Stored trajectories' steps by (env, origin): the counters, then each env's forced
+        share since start (from the counters themselves, so both always agree)."""
+        touched = set()
+        with self._lock:
+            for (env, origin), count in steps_by_origin.items():
+                label = env_label(env)
+                self.action_steps.labels(env=label, origin=origin).inc(count)
+                totals = self._steps.setdefault(label, {})
+                totals[origin] = totals.get(origin, 0) + count
+                touched.add(label)
+            for label in touched:
+                total = sum(self._steps[label].values())
+                if total:
+                    forced = self._steps[label].get(ActionOrigin.FORCED, 0)
+                    self.forced_action_share.labels(env=label).set(forced / total)
+
+    def observe_attribution(
+        self, env: str, forced_share: float | None, patch_alone: float | None
+    ) -> None:
+        """One canaried candidate's forced share and patch-alone success (None: not measured)."""
+        label = env_label(env)
+        if forced_share is not None:
+            self.candidate_forced_share.labels(env=label).observe(forced_share)
+        if patch_alone is not None:
+            self.candidate_patch_alone.labels(env=label).observe(patch_alone)
 
     def watch_readiness(self, ready: Callable[[], tuple[bool, str]]) -> None:
         """`harness_r1_ready` asks `ready` on every scrape (what /readyz answers), so an

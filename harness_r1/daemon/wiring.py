@@ -66,6 +66,9 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
         if delta is not None:
             self.m.observe_canary(env, delta)
 
+    def attribution(self, env: str, forced_share: float | None, patch_alone: float | None) -> None:
+        self.m.observe_attribution(env, forced_share, patch_alone)
+
     def gate(self, verdict: str) -> None:
         self.m.gate_decisions.labels(verdict=verdict).inc()
 
@@ -79,6 +82,7 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
 
     def polled(self, report: PollReport) -> None:
         self.m.duplicates.inc(report.result.duplicates)
+        self.m.observe_steps(report.result.steps_by_origin)
         for reason, count in report.dead_letters_sent.items():
             self.m.dead_lettered.labels(reason=reason).inc(count)
         for (env, outcome), count in report.result.by_env.items():

@@ -42,7 +42,7 @@ class EvalRequest:
 
 def rate_table(trajectories: list[Trajectory], title: str) -> Table:
     table = Table(title=title)
-    columns = ("env", "task type", "n", "success", "95% interval", "mean reward", "forced share")
+    columns = ("env", "task type", "n", "success", "95% interval", "reward", "forced")
     for column in columns:
         table.add_column(column, justify="right" if column not in ("env", "task type") else "left")
     for row in summarize(trajectories):

@@ -109,6 +109,8 @@ class RoundResult:
     batch_state: str | None = None
     stale_batches: int = 0  # sealed from failures of a harness no longer live: not judged
     candidates: list[CandidateRow] = field(default_factory=list)
+    # candidate id -> (forced share, patch-alone success) from the stored canary report
+    attribution: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     promoted: str | None = None  # the overlay the gate promoted (released to a cohort)
     guard: GuardWatch | None = None
     seconds: dict[str, float] = field(default_factory=dict)

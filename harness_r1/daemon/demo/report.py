@@ -7,8 +7,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from harness_r1.contracts import format_share
 from harness_r1.daemon.demo.options import DemoOptions, DemoResult
-from harness_r1.daemon.demo.summary import Level, levels
+from harness_r1.daemon.demo.summary import CANDIDATE_COLUMNS, Level, candidate_row, levels
 
 
 def write_report(result: DemoResult, options: DemoOptions) -> tuple[Path, Path]:
@@ -25,7 +26,10 @@ def plot_success(stages: list[Level], path: Path, env: str) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    names = [f"{s.label}\n{s.harness}\n{s.successes}/{s.episodes}" for s in stages]
+    names = [
+        f"{s.label}\n{s.harness}\n{s.successes}/{s.episodes}, forced {format_share(s.forced_share)}"
+        for s in stages
+    ]
     rates = [s.rate for s in stages]
     # clipped at 0: the interval's ends are floats and may sit a rounding error inside the rate
     lows = [max(0.0, s.rate - s.interval[0]) for s in stages]
@@ -34,6 +38,10 @@ def plot_success(stages: list[Level], path: Path, env: str) -> Path:
     axes.errorbar(
         range(len(stages)), rates, yerr=[lows, highs], fmt="none", ecolor="black", capsize=6
     )
+    # the forced share beside each bar: how much of that success the hooks decided
+    forced = [s.forced_share or 0.0 for s in stages]
+    axes.plot(range(len(stages)), forced, "D", color="#dd8452", label="forced share of steps")
+    axes.legend(loc="upper left", fontsize=8)
     axes.set_xticks(range(len(stages)), names, fontsize=8)
     axes.set_ylim(0, 1)
     axes.set_ylabel("fleet success (Wilson 95% interval)")
@@ -54,27 +62,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def render_html(result: DemoResult, options: DemoOptions, plot_name: str) -> str:
     stages = _table(
-        ["stage", "harness", "success [Wilson 95%]"],
-        [[s.label, s.harness, s.text()] for s in levels(result)],
+        ["stage", "harness", "success [Wilson 95%]", "forced share"],
+        [[s.label, s.harness, s.text(), format_share(s.forced_share)] for s in levels(result)],
     )
-    candidates = []
-    for r in result.rounds:
-        for row in r.candidates:
-            delta = "-" if row.delta_success is None else f"{row.delta_success:+.3f}"
-            candidates.append(
-                [
-                    str(r.number),
-                    r.incumbent,
-                    row.candidate_id,
-                    row.status,
-                    delta,
-                    row.gate_verdict or "-",
-                    row.overlay_id or "-",
-                ]
-            )
-    rounds = _table(
-        ["round", "incumbent", "candidate", "status", "delta", "gate", "overlay"], candidates
-    )
+    candidates = [candidate_row(r, row) for r in result.rounds for row in r.candidates]
+    rounds = _table(list(CANDIDATE_COLUMNS), candidates)
     facts: list[list[str]] = []
     for r in result.rounds:
         if r.guard is not None:

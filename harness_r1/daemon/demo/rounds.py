@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness_r1.contracts import Trajectory
+from harness_r1.contracts import Trajectory, format_share
 from harness_r1.daemon.demo.fleet import Fleet
 from harness_r1.daemon.demo.narration import CanaryRelay, Narrator, PhaseBar
 from harness_r1.daemon.demo.options import (
@@ -148,10 +148,20 @@ class Choreography:
         result.batch_id = judged[-1]
         result.batch_state = states[result.batch_id]
         result.candidates = self.store.canary_results(result.batch_id)
+        report = self.store.canary_report(result.batch_id)
+        if report is not None:
+            result.attribution = {
+                c.candidate_id: (c.forced_share, c.patch_alone_success) for c in report.candidates
+            }
         result.promoted = next((r.overlay_id for r in result.candidates if r.overlay_id), None)
         for row in result.candidates:
             delta = "-" if row.delta_success is None else f"{row.delta_success:+.3f}"
-            self.say(f"  {row.candidate_id}: {row.status}, delta {delta}, gate {row.gate_verdict}")
+            forced, alone = result.attribution.get(row.candidate_id, (None, None))
+            self.say(
+                f"  {row.candidate_id}: {row.status}, delta {delta}, forced share "
+                f"{format_share(forced)}, patch alone {format_share(alone)}, gate "
+                f"{row.gate_verdict}"
+            )
 
     def guard(self, result: RoundResult) -> None:
         """The promoted overlay on a cohort while the live guard watches."""

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from harness_r1.contracts import Trajectory
-from harness_r1.daemon.demo.options import DemoOptions, DemoResult
+from harness_r1.contracts import OriginCounts, Trajectory, format_share
+from harness_r1.daemon.demo.options import DemoOptions, DemoResult, RoundResult
+from harness_r1.daemon.store import CandidateRow
 from harness_r1.harness.evaluation import wilson_interval
 
 WIN_RATE = "harness_r1_patch_win_rate"
@@ -26,6 +27,11 @@ class Level:
     harness: str
     successes: int
     episodes: int
+    origins: OriginCounts = OriginCounts()  # the phase's steps by who decided the action
+
+    @property
+    def forced_share(self) -> float | None:
+        return self.origins.forced_share if self.origins.steps else None
 
     @property
     def rate(self) -> float:
@@ -41,7 +47,19 @@ class Level:
 
 
 def _level(label: str, harness: str, played: list[Trajectory]) -> Level:
-    return Level(label, harness, sum(t.outcome.success for t in played), len(played))
+    return Level(
+        label,
+        harness,
+        sum(t.outcome.success for t in played),
+        len(played),
+        OriginCounts.total(t.origins for t in played),
+    )
+
+
+def candidate_cells(result: RoundResult, candidate_id: str) -> tuple[str, str]:
+    """A candidate's forced share and patch-alone success as the tables show them."""
+    forced, alone = result.attribution.get(candidate_id, (None, None))
+    return format_share(forced), format_share(alone)
 
 
 def levels(result: DemoResult) -> list[Level]:
@@ -77,30 +95,53 @@ def _delta(value: float | None) -> str:
     return "-" if value is None else f"{value:+.3f}"
 
 
+CANDIDATE_COLUMNS = (
+    "round",
+    "incumbent",
+    "candidate",
+    "status",
+    "delta",
+    "forced share",
+    "patch alone",
+    "gate",
+    "overlay",
+)
+
+
+def candidate_row(r: RoundResult, row: CandidateRow) -> list[str]:
+    """One candidate as the console and the report show it (CANDIDATE_COLUMNS)."""
+    forced, alone = candidate_cells(r, row.candidate_id)
+    return [
+        str(r.number),
+        r.incumbent,
+        row.candidate_id,
+        row.status,
+        _delta(row.delta_success),
+        forced,
+        alone,
+        row.gate_verdict or "-",
+        row.overlay_id or "-",
+    ]
+
+
 def print_summary(console: Console, result: DemoResult, options: DemoOptions) -> None:
     success = Table(title=f"fleet success on {options.env} (same tasks and seeds each phase)")
-    for column in ("stage", "harness", "success [Wilson 95%]"):
+    for column in ("stage", "harness", "success [Wilson 95%]", "forced share"):
         success.add_column(column)
     for level in levels(result):
-        success.add_row(level.label, level.harness, level.text())
+        success.add_row(level.label, level.harness, level.text(), format_share(level.forced_share))
     console.print(success)
 
     rounds = Table(title="rounds: candidates (template teacher -> sandbox -> canary -> gate)")
-    for column in ("round", "incumbent", "candidate", "status", "delta", "gate", "overlay"):
+    for column in CANDIDATE_COLUMNS:
         rounds.add_column(column)
     for r in result.rounds:
         if not r.candidates:
-            rounds.add_row(str(r.number), r.incumbent, "-", r.note or "no candidates", "", "", "")
-        for row in r.candidates:
             rounds.add_row(
-                str(r.number),
-                r.incumbent,
-                row.candidate_id,
-                row.status,
-                _delta(row.delta_success),
-                row.gate_verdict or "-",
-                row.overlay_id or "-",
+                str(r.number), r.incumbent, "-", r.note or "no candidates", "", "", "", "", ""
             )
+        for row in r.candidates:
+            rounds.add_row(*candidate_row(r, row))
     console.print(rounds)
 
     facts = Table(title="demo summary")

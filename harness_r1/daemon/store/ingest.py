@@ -95,15 +95,19 @@ class IngestMixin(StoreCore):
             self._insert_dead_letters(session, dead_letters, now)
             self._upsert_positions(session, group, positions, now)
         by_env: dict[tuple[str, str], int] = {}
+        steps: dict[tuple[str, str], int] = {}
         for item in unique.values():
             if item.trajectory_id in inserted:
                 key = (item.env, "failure" if item.failed else "success")
                 by_env[key] = by_env.get(key, 0) + 1
+                for origin, count in item.origins.items():
+                    steps[(item.env, origin)] = steps.get((item.env, origin), 0) + count
         return IngestResult(
             new=len(inserted),
             duplicates=len(items) - len(inserted),
             failures=len(failed),
             by_env=by_env,
+            steps_by_origin=steps,
         )
 
     def _insert_trajectories(

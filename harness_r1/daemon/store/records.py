@@ -87,6 +87,8 @@ class IngestItem:
     topic: str
     partition: int
     offset: int
+    #: The trajectory's steps by who decided the action (OriginCounts, as a dict): metrics only.
+    origins: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,17 +101,26 @@ class IngestResult:
     failures: int
     #: New rows by (env, outcome), outcome "success" or "failure" (`is_failure`).
     by_env: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: The new rows' steps by (env, origin): who decided their actions (contracts.attribution).
+    steps_by_origin: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def plus(self, other: IngestResult) -> IngestResult:
-        by_env = dict(self.by_env)
-        for key, count in other.by_env.items():
-            by_env[key] = by_env.get(key, 0) + count
         return IngestResult(
             self.new + other.new,
             self.duplicates + other.duplicates,
             self.failures + other.failures,
-            by_env,
+            _summed(self.by_env, other.by_env),
+            _summed(self.steps_by_origin, other.steps_by_origin),
         )
+
+
+def _summed(
+    a: Mapping[tuple[str, str], int], b: Mapping[tuple[str, str], int]
+) -> dict[tuple[str, str], int]:
+    out = dict(a)
+    for key, count in b.items():
+        out[key] = out.get(key, 0) + count
+    return out
 
 
 @dataclass(frozen=True)
@@ -192,4 +203,5 @@ def ingest_item(
         topic=topic,
         partition=partition,
         offset=offset,
+        origins=trajectory.origins.model_dump(),
     )

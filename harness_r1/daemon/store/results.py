@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -12,6 +13,7 @@ from sqlalchemy import (
     update,
 )
 
+from harness_r1.contracts import CanaryReport
 from harness_r1.daemon.store.core import (
     StoreCore,
 )
@@ -125,6 +127,15 @@ class ResultsMixin(StoreCore):
         )
         with self._read() as session:
             return [_to_candidate(row) for row in session.scalars(query)]
+
+    def canary_report(self, batch_id: str) -> CanaryReport | None:
+        """The batch's stored canary report (the batch run's), or None before a canary ran."""
+        query = select(_CanaryReportRow.report_json).where(_CanaryReportRow.batch_id == batch_id)
+        with self._read() as session:
+            text = session.execute(query).scalar_one_or_none()
+        if text is None:
+            return None
+        return CanaryReport.model_validate(json.loads(text)["batch"])
 
     def count_canary_results(self) -> int:
         """Candidate rows over all batches (one per canaried engineer candidate)."""
