@@ -65,7 +65,7 @@ class Step(Contract):
         default=ActionOrigin.MODEL,  # never used: absent, it is inferred (the validator below)
         description="Who decided the action: model | rewritten | forced | vetoed_then_model "
         "(contracts/attribution.py). Inferred from effects and model_calls when absent "
-        "(records of schema 1.0)."
+        "(records of schema 1.0).",
     )
 
     @model_validator(mode="before")

@@ -34,6 +34,7 @@ from harness_r1.consumers.kafka import (
     make_producer,
     publish,
 )
+from harness_r1.contracts import Trajectory
 from harness_r1.daemon.deadletter import ReasonCode, dead_letter
 from harness_r1.daemon.ingest import (
     ALL_REFUSED_MIN,
@@ -400,9 +401,11 @@ def test_a_poll_reports_what_became_of_each_record(rig: dict[str, Any]) -> None:
         report = rig["ingest"].poll_once(2_000)
     reasons = {"empty": 1, "not_json": 2, "unstorable": 1, "too_large": 1}
     by_env = {("dbbench", "failure"): 1, ("dbbench", "success"): 2}
+    stored_steps = sum(len(Trajectory.from_json_bytes(v).steps) for v in (v0, v1, v3))
+    steps = {("dbbench", "model"): stored_steps}  # the scripted agents ran no hooks
     assert report == PollReport(
         records=9,
-        result=IngestResult(new=3, duplicates=1, failures=1, by_env=by_env),
+        result=IngestResult(new=3, duplicates=1, failures=1, by_env=by_env, steps_by_origin=steps),
         dead_lettered=5,
         committed=True,
         dead_letter_reasons=reasons,

@@ -288,3 +288,30 @@ def test_sandbox_options_reach_the_canary_workers(clean_env: pytest.MonkeyPatch)
     config = settings.sandbox.sandbox_config()
     assert config.accept_shared_uid and config.max_worker_kills == 5
     assert settings.sandbox.episode_hook_budget_s is None
+
+
+def test_the_gate_profile_selects_the_attribution_limits(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """default: no limits (today's behaviour); advisory from the settings file: forced share
+    at most 0.1, nothing won without the model, reaching the loop's gate, the template teacher
+    and the engineer's prompt; a limit set beside the profile wins over it."""
+    from harness_r1.daemon.wiring import build_proposer, loop_config
+
+    default = Settings()
+    assert default.gate.profile == "default" and default.gate.limits() == {}
+    gate = loop_config(default).gate
+    assert (gate.max_forced_share, gate.max_patch_alone_success) == (None, None)
+    assert not build_proposer(default).teacher.config.advisory  # type: ignore[attr-defined]
+
+    config = write_yaml(tmp_path / "daemon.yaml", {"gate": {"profile": "advisory"}})
+    advisory = load_settings(config)
+    gate = loop_config(advisory).gate
+    assert (gate.max_forced_share, gate.max_patch_alone_success) == (0.1, 0.0)
+    assert build_proposer(advisory).teacher.config.advisory  # type: ignore[attr-defined]
+
+    clean_env.setenv("HARNESS_R1_GATE__MAX_FORCED_SHARE", "0.25")
+    mixed = load_settings(config)
+    assert mixed.gate.limits() == {"max_forced_share": 0.25, "max_patch_alone_success": 0.0}
+    with pytest.raises(SettingsError, match="gate.profile"):
+        load_settings(write_yaml(tmp_path / "bad.yaml", {"gate": {"profile": "strict"}}))

@@ -101,7 +101,8 @@ class IngestMixin(StoreCore):
                 key = (item.env, "failure" if item.failed else "success")
                 by_env[key] = by_env.get(key, 0) + 1
                 for origin, count in item.origins.items():
-                    steps[(item.env, origin)] = steps.get((item.env, origin), 0) + count
+                    if count:
+                        steps[(item.env, origin)] = steps.get((item.env, origin), 0) + count
         return IngestResult(
             new=len(inserted),
             duplicates=len(items) - len(inserted),
