@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness_r1.contracts import OriginCounts
 from harness_r1.harness.evaluation import wilson_interval
 
 FAULTS = {"raised", "junk", "timeout", "crashed", "violation", "memory", "oversized", "invalid"}
@@ -23,9 +24,9 @@ def row(path: Path) -> str:
     base = sum(p["base_success"] for p in pairs)
     patched = sum(p["patched_success"] for p in pairs)
     low, high = result["delta_interval"] or (0.0, 0.0)
-    effects = result["applied_effects"]
-    forced = effects.get("force", 0) + effects.get("rewrite", 0)
-    steps = result["cost"]["steps"]
+    origins = OriginCounts(**result.get("origins", {}))
+    alone = result.get("patch_alone")
+    alone_text = f"{alone['successes']}/{alone['tasks']}" if alone else "not run"
     faults = sum(
         v
         for k, v in result["sandbox_events"].items()
@@ -38,16 +39,17 @@ def row(path: Path) -> str:
         f"| {report['env']} | {result['candidate_id']} | {n} "
         f"| {base}/{n} [{b_low:.1%}, {b_high:.1%}] "
         f"| {patched}/{n} | {result['delta_success']:+.3f} [{low:+.2f}, {high:+.2f}] "
-        f"| {forced}/{steps} | {faults} | {result['cost']['seconds']:.0f} s | {gate} |"
+        f"| {origins.forced_share:.2f} ({origins.forced}/{origins.steps}) | {alone_text} "
+        f"| {faults} | {result['cost']['seconds']:.0f} s | {gate} |"
     )
 
 
 def main() -> None:
     print(
         "| env | patch | tasks | base success [Wilson 95%] | patched | delta [bootstrap 95%] "
-        "| forced steps | hook faults | canary seconds | gate |"
+        "| forced share (steps) | patch alone | hook faults | canary seconds | gate |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in sys.argv[1:]:
         print(row(Path(name)))
 

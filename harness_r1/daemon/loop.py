@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from typing import Any
 import structlog
 
 from harness_r1.consumers.packets import build_packet
-from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
+from harness_r1.contracts import FailurePacket, OriginCounts, TaskSpec, Trajectory
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
 from harness_r1.deploy.guard import GuardDecision, Verdict, judge
@@ -483,6 +483,14 @@ class ImprovementLoop:
             )
             if decision.verdict is Verdict.CONTINUE:
                 continue
+            origins = self.store.origin_counts(
+                [record.overlay_id, control], since=record.updated_at
+            )
+            decision = replace(
+                decision,
+                forced_share_new=_forced(origins[record.overlay_id]),
+                forced_share_control=_forced(origins[control]),
+            )
             if self.publisher is not None:
                 enact(decision, self.publisher, target)
             decided.append(decision)
@@ -532,6 +540,10 @@ def _cid(batch_id: str, index: int) -> str:
 
 def _seed(batch_id: str) -> int:
     return int(hashlib.sha256(batch_id.encode()).hexdigest()[:8], 16)
+
+
+def _forced(origins: OriginCounts) -> float | None:
+    return origins.forced_share if origins.steps else None
 
 
 def _decision_json(decision: GateDecision) -> dict[str, Any]:

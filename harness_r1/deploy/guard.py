@@ -28,11 +28,11 @@ with reason `live_guard_inconclusive`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Literal
 
-from harness_r1.contracts import Trajectory
+from harness_r1.contracts import OriginCounts, Trajectory
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,10 @@ class GuardDecision:
     successes_control: int
     p_better: float  # bayes: P(new > control); msprt: 1 if the new arm is ahead, else 0
     p_value: float | None = None  # msprt: the always-valid p-value, min(1, 1 / Lambda)
+    # each arm's share of steps a hook forced (None: not read): how much of each arm's success
+    # the harness decided rather than the model
+    forced_share_new: float | None = None
+    forced_share_control: float | None = None
 
     def summary(self) -> str:
         evidence = (
@@ -152,17 +156,32 @@ class GuardDecision:
             if self.p_value is None
             else f"always-valid p={self.p_value:.4f}"
         )
+        forced = ""
+        if self.forced_share_new is not None or self.forced_share_control is not None:
+            forced = (
+                f", forced share {_share(self.forced_share_new)} vs "
+                f"{_share(self.forced_share_control)}"
+            )
         return (
             f"{self.verdict.value}: {self.overlay_id} {self.successes_new}/{self.episodes_new}"
             f" vs {self.control_id} {self.successes_control}/{self.episodes_control},"
-            f" {evidence}"
+            f" {evidence}{forced}"
         )
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 @dataclass
 class _Arm:
     episodes: int = 0
     successes: int = 0
+    origins: OriginCounts = field(default_factory=OriginCounts)
+
+    @property
+    def forced_share(self) -> float | None:
+        return self.origins.forced_share if self.origins.steps else None
 
 
 @dataclass
@@ -186,17 +205,21 @@ class LiveGuard:
         arm = self._arms.setdefault(version, _Arm())
         arm.episodes += 1
         arm.successes += int(trajectory.outcome.success)
+        arm.origins = arm.origins + trajectory.origins
         return True
 
     def decide(self) -> GuardDecision:
         new = self._arms.get(self.overlay_id, _Arm())
         old = self._arms.get(self.control_id, _Arm())
-        return judge(
+        decision = judge(
             self.overlay_id,
             self.control_id,
             (new.episodes, new.successes),
             (old.episodes, old.successes),
             self.config,
+        )
+        return replace(
+            decision, forced_share_new=new.forced_share, forced_share_control=old.forced_share
         )
 
 

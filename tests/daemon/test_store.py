@@ -591,3 +591,43 @@ def test_ingest_lease_one_holder_checked_in_every_ingest(store: StateStore) -> N
     assert not store.has_trajectory("t3")
     store.release_ingest_lease(b)
     assert store.acquire_ingest_lease(a)  # a clean stop frees it at once
+
+
+def test_origin_counts_per_harness_version_from_the_stored_trajectories(store: StateStore) -> None:
+    """The live guard's arms' forced share: steps by origin, summed per version, read from the
+    stored payloads; the ingest result counts the same steps by (env, origin)."""
+    from harness_r1.contracts import OriginCounts, Step
+
+    def played(tid: str, version: str, origins: list[str]) -> Trajectory:
+        steps = [
+            Step(index=i, observation="o", raw_output="", action="a", origin=o)
+            for i, o in enumerate(origins)
+        ]
+        base = _failed_trajectory(tid, f"q-{tid}")
+        return base.model_copy(
+            update={"harness_version": version, "steps": steps, "origins": OriginCounts.of(origins)}
+        )
+
+    trajectories = [
+        played("a", "ov-1", ["forced", "model"]),
+        played("b", "ov-1", ["forced", "forced", "rewritten"]),
+        played("c", "base", ["model", "vetoed_then_model"]),
+    ]
+    items = [
+        ingest_item(t, t.to_json_bytes(), topic=TOPIC, partition=0, offset=i)
+        for i, t in enumerate(trajectories)
+    ]
+    result = store.ingest(items, GROUP, {(TOPIC, 0): 3})
+    assert result.steps_by_origin == {
+        ("dbbench", "forced"): 3,
+        ("dbbench", "model"): 2,
+        ("dbbench", "rewritten"): 1,
+        ("dbbench", "vetoed_then_model"): 1,
+    }
+    counts = store.origin_counts(["ov-1", "base", "ov-none"])
+    assert counts["ov-1"] == OriginCounts(forced=3, model=1, rewritten=1)
+    assert counts["ov-1"].forced_share == 0.6
+    assert counts["base"] == OriginCounts(model=1, vetoed_then_model=1)
+    assert counts["ov-none"] == OriginCounts()
+    later = datetime.now(UTC) + timedelta(seconds=5)
+    assert store.origin_counts(["ov-1"], since=later) == {"ov-1": OriginCounts()}

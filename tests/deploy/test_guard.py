@@ -11,6 +11,7 @@ from math import comb, factorial
 import pytest
 
 from harness_r1.contracts import (
+    OriginCounts,
     Outcome,
     TargetRef,
     TaskRef,
@@ -338,3 +339,24 @@ def test_msprt_verdict_at_one_over_alpha_and_its_p_value() -> None:
     # an empty arm carries no evidence; every episode agreeing keeps the variance positive
     assert mixture_likelihood_ratio(0, 0, 3, 10, 0.2) == 1.0
     assert mixture_likelihood_ratio(20, 20, 20, 20, 0.2) < 1.0
+
+
+def test_the_guard_reports_each_arms_forced_share() -> None:
+    """Beside the arms' success: how much of each arm's steps the hooks forced."""
+    from harness_r1.contracts import Step
+
+    def played(version: str, origins: list[str]) -> Trajectory:
+        base = trajectory(version, True)
+        steps = [
+            Step(index=i, observation="o", raw_output="", action="a", origin=origin)
+            for i, origin in enumerate(origins)
+        ]
+        return base.model_copy(update={"steps": steps, "origins": OriginCounts.of(origins)})
+
+    guard = LiveGuard("ov-1", "base", GuardConfig(min_episodes=1))
+    assert guard.decide().forced_share_new is None  # no steps yet: no share
+    guard.observe(played("ov-1", ["forced", "forced", "model", "rewritten"]))
+    guard.observe(played("base", ["model", "model"]))
+    decision = guard.decide()
+    assert (decision.forced_share_new, decision.forced_share_control) == (0.5, 0.0)
+    assert "forced share 0.50 vs 0.00" in decision.summary()

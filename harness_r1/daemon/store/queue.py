@@ -17,6 +17,7 @@ from sqlalchemy import (
     select,
 )
 
+from harness_r1.contracts import OriginCounts, Trajectory
 from harness_r1.daemon.store.core import (
     StoreCore,
 )
@@ -127,6 +128,27 @@ class BatchQueueMixin(StoreCore):
         with self._read() as session:
             for version, episodes, successes in session.execute(query):
                 counts[version] = (int(episodes), int(successes or 0))
+        return counts
+
+    def origin_counts(
+        self, harness_versions: Sequence[str], since: datetime | None = None
+    ) -> dict[str, OriginCounts]:
+        """Steps by who decided the action, per harness version consumed at or after `since`:
+        the live guard's arms' forced share. Read from the stored payloads (no column holds
+        it), so it is asked once per guard verdict, not on every look."""
+        versions = list(dict.fromkeys(harness_versions))
+        counts = {version: OriginCounts() for version in versions}
+        if not versions:
+            return counts
+        query = select(_TrajectoryRow.harness_version, _TrajectoryRow.payload).where(
+            _TrajectoryRow.harness_version.in_(versions)
+        )
+        if since is not None:
+            query = query.where(_TrajectoryRow.consumed_at >= _aware(since, "since"))
+        with self._read() as session:
+            for version, payload in session.execute(query):
+                origins = Trajectory.from_json_bytes(payload).origins
+                counts[version] = counts[version] + origins
         return counts
 
     # -- failure batches --
