@@ -173,12 +173,13 @@ def canary_command(
         allow_unisolated=allow_unisolated,
         control=control,
         out=out,
-        gate=GateConfig(
-            min_batch_tasks=or_setting(min_batch, loop.gate_min_batch),
-            min_guard_tasks=or_setting(min_guard, loop.gate_min_guard),
-            alpha=or_setting(alpha, loop.gate_alpha),
-            method=method,  # type: ignore[arg-type]  # validated by GateConfig
-            **settings.gate.limits(),  # gate.profile / the attribution limits
+        gate=settings.gate.applied_to(  # gate.profile / the attribution limits
+            GateConfig(
+                min_batch_tasks=or_setting(min_batch, loop.gate_min_batch),
+                min_guard_tasks=or_setting(min_guard, loop.gate_min_guard),
+                alpha=or_setting(alpha, loop.gate_alpha),
+                method=method,  # type: ignore[arg-type]  # validated by GateConfig
+            )
         ),
     )
     report, guard, decisions = run_canary(request, settings.data_root(), console)

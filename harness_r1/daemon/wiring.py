@@ -258,11 +258,12 @@ def loop_config(settings: Settings) -> LoopConfig:
         invalid_reward=loop_options.invalid_reward,
         graded_invalid=loop_options.graded_invalid,
         lease_s=loop_options.canary_lease_s,
-        gate=GateConfig(
-            min_batch_tasks=loop_options.gate_min_batch,
-            min_guard_tasks=loop_options.gate_min_guard,
-            alpha=loop_options.gate_alpha,
-            **settings.gate.limits(),
+        gate=settings.gate.applied_to(
+            GateConfig(
+                min_batch_tasks=loop_options.gate_min_batch,
+                min_guard_tasks=loop_options.gate_min_guard,
+                alpha=loop_options.gate_alpha,
+            )
         ),
         guard=GuardConfig(
             method=guard_options.method,

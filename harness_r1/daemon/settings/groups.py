@@ -3,6 +3,7 @@ gate, guard and target fields take their defaults from the domain configs they c
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -485,6 +486,15 @@ class GateOptions(_Group):
     @property
     def advisory(self) -> bool:
         return self.profile == "advisory"
+
+    def applied_to(self, gate: GateConfig) -> GateConfig:
+        """`gate` with this profile's attribution limits (the one way settings reach a gate)."""
+        limits = self.limits()
+        return replace(
+            gate,
+            max_forced_share=limits.get("max_forced_share"),
+            max_patch_alone_success=limits.get("max_patch_alone_success"),
+        )
 
     def limits(self) -> dict[str, float | None]:
         """The effective limits: the profile's, overridden by those set here."""
