@@ -123,10 +123,15 @@ class _Serialized:
         self._lock = threading.Lock()
 
     def evaluate(
-        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+        self,
+        batch: CanaryBatch,
+        candidates: Sequence[Candidate],
+        incumbent: Incumbent = BASE,
+        *,
+        patch_alone: bool = True,
     ) -> CanaryReport:
         with self._lock:
-            return self._runner.evaluate(batch, candidates, incumbent)
+            return self._runner.evaluate(batch, candidates, incumbent, patch_alone=patch_alone)
 
 
 class CanaryRunners:

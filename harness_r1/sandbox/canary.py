@@ -411,9 +411,15 @@ class CanaryRunner:
     # -- the public entry point ---------------------------------------------------------------
 
     def evaluate(
-        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+        self,
+        batch: CanaryBatch,
+        candidates: Sequence[Candidate],
+        incumbent: Incumbent = BASE,
+        *,
+        patch_alone: bool = True,
     ) -> CanaryReport:
-        """Each candidate composed onto `incumbent` and paired against it on `batch`."""
+        """Each candidate composed onto `incumbent` and paired against it on `batch`; with
+        `patch_alone` (and the config's) also under the null policy."""
         ids = [c.candidate_id for c in candidates]
         if len(set(ids)) != len(ids) or (self.config.control and CONTROL_ID in ids):
             raise ValueError(
@@ -466,7 +472,7 @@ class CanaryRunner:
                 control = result
             else:
                 results[candidate.candidate_id] = result
-        if self.config.patch_alone:
+        if self.config.patch_alone and patch_alone:
             self._patch_alone(batch, results, overlays)
         for twin, first in twins:
             results[twin.candidate_id] = _twin_result(results[first.candidate_id], twin)

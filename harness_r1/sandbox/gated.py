@@ -29,7 +29,12 @@ class Evaluator(Protocol):
     """What is needed of a runner (`sandbox.canary.CanaryRunner` is one)."""
 
     def evaluate(
-        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = ...
+        self,
+        batch: CanaryBatch,
+        candidates: Sequence[Candidate],
+        incumbent: Incumbent = ...,
+        *,
+        patch_alone: bool = ...,
     ) -> CanaryReport: ...
 
 
@@ -64,7 +69,8 @@ def run_gated(
     ]
     guard = None
     if guard_batch is not None and judged:
-        guard = runner.evaluate(guard_batch, judged, incumbent)
+        # the patch-alone control is the batch's: the guard asks only about regressions
+        guard = runner.evaluate(guard_batch, judged, incumbent, patch_alone=False)
     guard_by_id = {c.candidate_id: c for c in guard.candidates} if guard else {}
     decisions: dict[str, GateDecision] = {}
     for result in report.candidates:

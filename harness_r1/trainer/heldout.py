@@ -407,7 +407,12 @@ class NoCanary:
     loaded, and nothing may ask it for episodes."""
 
     def evaluate(
-        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+        self,
+        batch: CanaryBatch,
+        candidates: Sequence[Candidate],
+        incumbent: Incumbent = BASE,
+        *,
+        patch_alone: bool = True,
     ) -> CanaryReport:
         raise AssertionError("a validity-only evaluation runs no canary")
 

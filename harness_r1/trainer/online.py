@@ -62,9 +62,14 @@ class OnIncumbent:
     incumbent: Incumbent
 
     def evaluate(
-        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+        self,
+        batch: CanaryBatch,
+        candidates: Sequence[Candidate],
+        incumbent: Incumbent = BASE,
+        *,
+        patch_alone: bool = True,
     ) -> CanaryReport:
-        return self.runner.evaluate(batch, candidates, self.incumbent)
+        return self.runner.evaluate(batch, candidates, self.incumbent, patch_alone=patch_alone)
 
 
 def packets_and_resolver(

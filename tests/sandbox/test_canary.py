@@ -1015,3 +1015,19 @@ def test_the_advisory_gate_refuses_a_candidate_whose_control_did_not_run() -> No
     advisory = GateConfig(min_batch_tasks=1, min_guard_tasks=0, **ADVISORY_LIMITS)
     gated = run_gated(canary, BATCH, None, [Candidate("advice", ADVICE)], advisory)
     assert "patch-alone control did not run" in gated.decisions["advice"].reasons[0]
+
+
+def test_the_guard_run_has_no_patch_alone_control() -> None:
+    """The control answers for the batch; the guard set asks only about regressions, so the
+    gate's guard run spends no episodes on it."""
+    from harness_r1.sandbox.gate import GateConfig
+    from harness_r1.sandbox.gated import run_gated
+
+    canary = runner(ScriptedPolicy(["x"]), patch_alone=True)
+    guard_batch = CanaryBatch("door", TASKS[:4], (100, 101, 102, 103))
+    gate = GateConfig(min_batch_tasks=1, min_guard_tasks=0)
+    gated = run_gated(canary, BATCH, guard_batch, [Candidate("advice", ADVICE)], gate)
+    assert gated.report.candidates[0].patch_alone is not None
+    assert gated.guard is not None and gated.guard.candidates[0].patch_alone is None
+    # batch: baseline, candidate, its control (8 each); guard: baseline, candidate (4 each)
+    assert DoorEnv.resets == 3 * 8 + 2 * 4

@@ -59,7 +59,12 @@ class RecordingEvaluator:
         self.over_budget = set(over_budget)
 
     def evaluate(
-        self, batch: CanaryBatch, candidates: Sequence[Candidate], incumbent: Incumbent = BASE
+        self,
+        batch: CanaryBatch,
+        candidates: Sequence[Candidate],
+        incumbent: Incumbent = BASE,
+        *,
+        patch_alone: bool = True,
     ) -> CanaryReport:
         self.calls.append(([t.task_id for t in batch.tasks], [c.candidate_id for c in candidates]))
         self.incumbents.append(incumbent.identity)
