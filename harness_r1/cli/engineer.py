@@ -171,9 +171,10 @@ def engineer_propose(
     settings = cli_settings()
     if backend == "template":
         from harness_r1.trainer.propose import load_packet
-        from harness_r1.trainer.teacher import TemplateTeacher
+        from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
 
-        texts = TemplateTeacher().propose(load_packet(packet), k, seed)
+        teacher = TemplateTeacher(TeacherConfig(advisory=settings.gate.advisory))
+        texts = teacher.propose(load_packet(packet), k, seed)
         typer.echo(json.dumps([{"index": i, "text": t} for i, t in enumerate(texts)], indent=2))
         return
     from harness_r1.trainer.engineer import EngineerSpec
@@ -190,6 +191,6 @@ def engineer_propose(
         seed=seed,
         temperature=temperature,
         max_new_tokens=max_new_tokens,
-        prompt_config=PromptConfig(lean=lean_prompt),
+        prompt_config=PromptConfig(lean=lean_prompt, advisory=settings.gate.advisory),
     )
     typer.echo(proposals_json(proposals))

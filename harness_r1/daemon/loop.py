@@ -76,6 +76,9 @@ class BatchOutcome:
     rewards: tuple[float | None, ...]
     verdicts: tuple[str, ...]
     overlay_id: str | None
+    # per candidate, as the canary measured it (None: not evaluated): who decided the actions
+    forced_shares: tuple[float | None, ...] = ()
+    patch_alone: tuple[float | None, ...] = ()
 
 
 class TaskIndex:
@@ -284,10 +287,7 @@ class ImprovementLoop:
             self._store_results(
                 batch, packet, samples, proposals, gated, rewards, winner, overlay_id, proposer.name
             )
-        verdicts = tuple(
-            gated.decisions[_cid(batch.batch_id, i)].verdict for i in range(len(proposals))
-        )
-        outcome = BatchOutcome(batch.batch_id, packet.packet_id, rewards, verdicts, overlay_id)
+        outcome = _batch_outcome(batch.batch_id, packet.packet_id, gated, rewards, overlay_id)
         self._event("batch_evaluated", outcome)
         return outcome
 
@@ -540,6 +540,28 @@ def _cid(batch_id: str, index: int) -> str:
 
 def _seed(batch_id: str) -> int:
     return int(hashlib.sha256(batch_id.encode()).hexdigest()[:8], 16)
+
+
+def _batch_outcome(
+    batch_id: str,
+    packet_id: str,
+    gated: GatedReport,
+    rewards: Sequence[float | None],
+    overlay_id: str | None,
+) -> BatchOutcome:
+    """What the batch's event says, per candidate in proposal order: reward, verdict, forced
+    share and patch-alone success."""
+    results = {r.candidate_id: r for r in gated.report.candidates}
+    ordered = [results[_cid(batch_id, i)] for i in range(len(rewards))]
+    return BatchOutcome(
+        batch_id,
+        packet_id,
+        tuple(rewards),
+        tuple(gated.decisions[r.candidate_id].verdict for r in ordered),
+        overlay_id,
+        forced_shares=tuple(r.forced_share for r in ordered),
+        patch_alone=tuple(r.patch_alone_success for r in ordered),
+    )
 
 
 def _forced(origins: OriginCounts) -> float | None:

@@ -70,3 +70,11 @@ def test_two_rounds_build_on_each_other_and_the_operator_rolls_back(tmp_path: Pa
     assert result.plot_png is not None and result.plot_png.stat().st_size > 1000
     assert "Wilson" in result.report_html.read_text()
     assert "fleet success" in text and "operator rollback" in text
+    # who decided: forced share per phase (the junk-writing stand-in decides nothing that
+    # wins, so the staged engineer's forcing overlays hold the wins) and per candidate
+    assert stages[0].forced_share == 0.0 and stages[2].forced_share is not None
+    assert stages[2].forced_share > 0, text
+    assert all(c.candidate_id in one.attribution for c in one.candidates)
+    page = result.report_html.read_text()
+    assert "forced share" in page and "patch alone" in page
+    assert "forced share" in text and "patch alone" in text

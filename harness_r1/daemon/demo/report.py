@@ -40,8 +40,16 @@ def plot_success(stages: list[Level], path: Path, env: str) -> Path:
     )
     # the forced share beside each bar: how much of that success the hooks decided
     forced = [s.forced_share or 0.0 for s in stages]
-    axes.plot(range(len(stages)), forced, "D", color="#dd8452", label="forced share of steps")
-    axes.legend(loc="upper left", fontsize=8)
+    axes.plot(
+        range(len(stages)),
+        forced,
+        "D",
+        color="#dd8452",
+        label="forced share of steps",
+        clip_on=False,  # a share of 1.0 sits on the frame
+        zorder=3,
+    )
+    axes.legend(loc="upper left", fontsize=8, framealpha=0.9)
     axes.set_xticks(range(len(stages)), names, fontsize=8)
     axes.set_ylim(0, 1)
     axes.set_ylabel("fleet success (Wilson 95% interval)")
