@@ -508,6 +508,7 @@ class CanaryRunner:
         evaluated = [cid for cid in overlays if results[cid].status == "evaluated"]
         if not evaluated:
             return
+        started = time.perf_counter()
         null_runtime = self.runtime.with_policy(NullPolicy(self.runtime.policy.max_batch))
         runs: list[tuple[str, HookSet, list[EpisodeSpec]]] = []
         for cid in evaluated:
@@ -530,6 +531,12 @@ class CanaryRunner:
                 origins=origins_of(outcomes),
             )
             results[cid] = results[cid].model_copy(update={"patch_alone": alone})
+        log.info(
+            "canary.patch_alone",
+            candidates=len(runs),
+            episodes=len(done),
+            seconds=round(time.perf_counter() - started, 3),
+        )
 
     def _overlay(
         self, candidate: Candidate, incumbent: Incumbent
