@@ -15,6 +15,8 @@ bash benchmarks/target_equivalence.sh 2>&1 | tee runs/bench-target-equivalence.l
 $PY benchmarks/sandbox_costs.py --calls 2000 --env dbbench --split dev --tasks 8 --max-steps 4 --k 4 2>&1 | tee runs/bench-sandbox.log
 bash benchmarks/reference_deltas.sh 2>&1 | tee runs/bench-reference.log
 $PY benchmarks/reference_rows.py runs/ref-alfworld.json runs/ref-dbbench.json runs/ref-webshop.json | tee runs/bench-reference-rows.md
+bash benchmarks/attribution.sh 2>&1 | tee runs/bench-attribution.log
+$PY benchmarks/reference_rows.py runs/who-*.json | tee runs/bench-attribution-rows.md
 $PY benchmarks/deploy_latency.py --clients 20 --releases 50 2>&1 | tee runs/bench-deploy.log
 $PY benchmarks/ingest_throughput.py 2>&1 | tee runs/bench-ingest.log
 bash benchmarks/engineer_cpu_run.sh 2>&1 | tee runs/bench-engineer.log

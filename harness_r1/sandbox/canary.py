@@ -17,6 +17,13 @@ only repeats the incumbent scores 0. The control arm (when asked for) re-runs th
 
 Infrastructure failures (an env error, a model backend failure) are retried and, if they
 persist, reported as `infra_error` with no reward: they are never turned into a reward.
+
+Who decided: every result counts its episodes' steps by origin (`origins`, the forced share),
+and each evaluated candidate's overlay runs once more on the same tasks and seeds under the null
+policy (`harness/policies/null.py`), all candidates in one lockstep run: its success is what
+the harness wins without the model (`patch_alone`). It calls no model, so it costs env and hook
+time only (a fraction of a second on WebShop and DBBench batches, ~1 s a game on ALFWorld).
+`evaluate(..., patch_alone=False)` skips it (the gate's guard run: the batch answers it).
 """
 
 from __future__ import annotations
