@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness_r1.contracts import Patch
+from harness_r1.contracts import CanaryReport, Patch
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import RunConfig
@@ -29,10 +29,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("env", "split", "n", "steps", "junk", "minimum"), CASES)
-def test_reference_patch_raises_success(
-    env: str, split: str, n: int, steps: int, junk: str, minimum: int
-) -> None:
+def canary_on_real_tasks(
+    env: str, split: str, n: int, steps: int, junk: str, candidate: Candidate
+) -> CanaryReport:
+    """One candidate through the real canary path on n tasks of the split, seeds 0..n-1."""
     root = Settings().data_root()
     suite = get_suite(env)
     tasks = spread(suite.load_tasks(root, split), n)
@@ -43,14 +43,18 @@ def test_reference_patch_raises_success(
         RunConfig(max_steps=steps),
         sandbox=SandboxConfig(call_budget_s=2.0),
     )
-    runtime = canary.runtime
-    [(name, patch)] = reference_patches(env).items()
     try:
-        report = canary.evaluate(
-            CanaryBatch(env, tuple(tasks), tuple(range(n))), [Candidate(name, patch)]
-        )
+        return canary.evaluate(CanaryBatch(env, tuple(tasks), tuple(range(n))), [candidate])
     finally:
-        runtime.close()
+        canary.runtime.close()
+
+
+@pytest.mark.parametrize(("env", "split", "n", "steps", "junk", "minimum"), CASES)
+def test_reference_patch_raises_success(
+    env: str, split: str, n: int, steps: int, junk: str, minimum: int
+) -> None:
+    [(name, patch)] = reference_patches(env).items()
+    report = canary_on_real_tasks(env, split, n, steps, junk, Candidate(name, patch))
     [result] = report.candidates
     assert result.status == "evaluated", result.invalid_reason
     patched = sum(p.patched_success for p in result.pairs)
@@ -90,24 +94,8 @@ def test_advisory_templates_win_nothing_without_the_model(
     """The null-policy control on real tasks: the advisory templates together (skills, notes,
     hints, vetoes, snapping the model's own proposal, recovery) solve nothing alone."""
     del minimum
-    root = Settings().data_root()
-    suite = get_suite(env)
-    tasks = spread(suite.load_tasks(root, split), n)
-    canary = build_canary_runner(
-        suite,
-        ScriptedPolicy([junk]),
-        root,
-        RunConfig(max_steps=steps),
-        sandbox=SandboxConfig(call_budget_s=2.0),
-    )
-    runtime = canary.runtime
-    try:
-        report = canary.evaluate(
-            CanaryBatch(env, tuple(tasks), tuple(range(n))),
-            [Candidate("advice", advisory_patch(env))],
-        )
-    finally:
-        runtime.close()
+    advice = Candidate("advice", advisory_patch(env))
+    report = canary_on_real_tasks(env, split, n, steps, junk, advice)
     [result] = report.candidates
     assert result.status == "evaluated", result.invalid_reason
     assert result.patch_alone is not None and result.patch_alone.tasks == n
