@@ -336,13 +336,21 @@ def grpo_online(
         stop_after_s=None if stop_after_minutes is None else stop_after_minutes * 60,
         cpu_bf16=cpu_bf16,
     )
+    from harness_r1.sandbox.gate import GateConfig
     from harness_r1.trainer.errors import TrainingPaused
     from harness_r1.trainer.prompt import PromptConfig
 
+    # gate.profile reaches the reward: under attribution limits a solver earns the refusal's
+    attribution = settings.gate.applied_to(GateConfig()) if settings.gate.limits() else None
+    reward = CanaryReward(
+        resolver, invalid_reward=invalid_reward, graded=graded_invalid, attribution=attribution
+    )
     try:
         result = train_grpo_online(
-            canary_rows(found, config=PromptConfig(lean=lean_prompt)),
-            CanaryReward(resolver, invalid_reward=invalid_reward, graded=graded_invalid),
+            canary_rows(
+                found, config=PromptConfig(lean=lean_prompt, advisory=settings.gate.advisory)
+            ),
+            reward,
             settings=grpo_settings,
             adapter=adapter,
             cache_dir=settings.cache,

@@ -16,6 +16,7 @@ import structlog
 
 from harness_r1.contracts import FailurePacket
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.gated import Evaluator
 from harness_r1.sandbox.static import StaticLimits
 from harness_r1.trainer.engineer import EngineerSample
@@ -94,11 +95,14 @@ class CanaryReward:
         metric: str = "delta_success",
         limits: StaticLimits | None = None,
         graded: bool = False,
+        attribution: GateConfig | None = None,
     ) -> None:
         if metric not in ("delta_success", "delta_mean_reward"):
             raise ValueError("metric must be delta_success or delta_mean_reward")
         self.resolver = resolver
-        self.shape = InvalidRewardShape(float(invalid_reward), graded=graded)
+        self.shape = InvalidRewardShape(
+            float(invalid_reward), graded=graded, attribution=attribution
+        )
         self.metric = metric
         self.limits = limits
         self.counts: Counter[str] = Counter()
@@ -108,12 +112,19 @@ class CanaryReward:
     def describe(self) -> dict[str, Any]:
         """What this reward is (kept in the version's metadata and its run identity): two
         versions trained with different rewards must not be mistaken for one another."""
-        return {
+        described: dict[str, Any] = {
             "name": self.__name__,
             "metric": self.metric,
             "invalid_reward": self.shape.invalid_reward,
             "graded": self.shape.graded,
         }
+        gate = self.shape.attribution
+        if gate is not None:  # named only when set: versions trained before keep their identity
+            described["attribution"] = {
+                "max_forced_share": gate.max_forced_share,
+                "max_patch_alone_success": gate.max_patch_alone_success,
+            }
+        return described
 
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kw: Any

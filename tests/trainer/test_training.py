@@ -679,3 +679,38 @@ def test_sft_refuses_rows_that_would_lose_their_completion(tmp_path: Path) -> No
     with pytest.raises(TrainingError, match="4 of 4 rows are longer than max_length=32"):
         train_sft(data, settings=settings)
     assert list_versions(tmp_path / "out") == []  # nothing published
+
+
+def test_under_attribution_limits_a_solver_earns_the_refusals_reward() -> None:
+    """gate.profile advisory reaches the offline reward too: a valid patch that wins alone (or
+    whose patch-alone control did not run) is rewarded as refused, advice keeps its delta; the
+    reward's description names the limits (a version trained under them is another run)."""
+    from harness_r1.contracts import PatchAlone
+    from harness_r1.sandbox.gate import ADVISORY_LIMITS, GateConfig
+
+    class AloneRunner(RecordingRunner):
+        def __init__(self, alone: PatchAlone | None) -> None:
+            super().__init__([0.25])
+            self.alone = alone
+
+        def evaluate(self, batch: CanaryBatch, candidates: Sequence[Candidate]) -> CanaryReport:
+            report = super().evaluate(batch, candidates)
+            results = [r.model_copy(update={"patch_alone": self.alone}) for r in report.candidates]
+            return report.model_copy(update={"candidates": results})
+
+    advisory = GateConfig(**ADVISORY_LIMITS)
+    completion = [[{"role": "assistant", "content": VALID_COMPLETION}]]
+    for alone, expected in [
+        (PatchAlone(tasks=1, successes=1), -0.5),  # the harness solved the task alone
+        (None, -0.5),  # no control: no evidence that the model decided
+        (PatchAlone(tasks=1, successes=0), 0.25),  # advice: its delta
+    ]:
+        reward = CanaryReward(
+            StaticResolver(AloneRunner(alone)), invalid_reward=-0.5, attribution=advisory
+        )
+        assert reward(["p"], completion, packet_id=["p1"], env=["alfworld"]) == [expected]
+    assert reward.describe()["attribution"] == {
+        "max_forced_share": 0.1,
+        "max_patch_alone_success": 0.0,
+    }
+    assert "attribution" not in CanaryReward(StaticResolver(AloneRunner(None))).describe()
