@@ -82,6 +82,34 @@ def test_win_rate_over_the_last_n_candidates() -> None:
     assert below_zero == 2
 
 
+def test_forced_share_of_stored_steps_and_of_candidates() -> None:
+    """Steps counted by origin as polls store them; the gauge is the forced share since start
+    (NaN before any step), from the same counts; candidates' shares go into histograms."""
+    import math
+
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry)
+    share = registry.get_sample_value("harness_r1_forced_action_share", {"env": "webshop"})
+    assert share is not None and math.isnan(share)
+    metrics.observe_steps({("webshop", "forced"): 3, ("webshop", "model"): 1})
+    metrics.observe_steps({("webshop", "model"): 4, ("dbbench", "vetoed_then_model"): 2})
+    steps = registry.get_sample_value(
+        "harness_r1_action_steps_total", {"env": "webshop", "origin": "model"}
+    )
+    assert steps == 5
+    assert registry.get_sample_value("harness_r1_forced_action_share", {"env": "webshop"}) == 3 / 8
+    assert registry.get_sample_value("harness_r1_forced_action_share", {"env": "dbbench"}) == 0.0
+    metrics.observe_attribution("webshop", 1.0, 0.75)
+    metrics.observe_attribution("webshop", None, None)  # not measured: nothing observed
+    forced = registry.get_sample_value(
+        "harness_r1_candidate_forced_share_count", {"env": "webshop"}
+    )
+    alone = registry.get_sample_value(
+        "harness_r1_candidate_patch_alone_success_sum", {"env": "webshop"}
+    )
+    assert (forced, alone) == (1, 0.75)
+
+
 def test_health_server_routes() -> None:
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry)

@@ -6,6 +6,7 @@ them these tests skip, saying so."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 import uuid
@@ -15,16 +16,32 @@ from pathlib import Path
 import httpx
 import pytest
 from daemon_rig import ingest_settings
-from test_durability import wait_for
+from test_durability import synthetic_trajectory, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka import make_producer, publish
+from harness_r1.contracts import ActionOrigin, Trajectory
 from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 
 PROMTOOL = shutil.which("promtool")
+
+
+def half_forced() -> Trajectory:
+    """A stored trajectory whose first half of the steps a hook forced (4 steps: 2 forced)."""
+    base = synthetic_trajectory(0, random.Random(4))
+    steps = [
+        step.model_copy(
+            update={"origin": ActionOrigin.FORCED if i < 2 else ActionOrigin.MODEL, "index": i}
+        )
+        for i, step in enumerate((base.steps * 4)[:4])
+    ]
+    outcome = base.outcome.model_copy(update={"steps": 4})
+    return Trajectory.model_validate(
+        {**base.model_dump(exclude={"origins"}), "steps": steps, "outcome": outcome}
+    )
 
 
 @pytest.fixture
@@ -37,6 +54,7 @@ def daemon(tmp_path: Path, kafka_broker: EmbeddedBroker) -> Iterator[Built]:
     producer = make_producer(settings.kafka_client())
     for value in (b"not json", b"[]", b""):
         publish(producer, settings.trajectory_topic, value)
+    publish(producer, settings.trajectory_topic, half_forced().to_json_bytes())
     producer.close(timeout=2)
     yield built
     built.daemon.stop()
@@ -97,3 +115,10 @@ def test_a_real_prometheus_scrapes_the_daemon(
     assert query("harness_r1_consumer_lag == 0")
     assert query("process_resident_memory_bytes > 0")
     assert query('harness_r1_patch_win_rate{env="alfworld"}')  # before any candidate
+    # who decided the stored steps: half of them forced
+    wait_for(
+        lambda: bool(query('harness_r1_forced_action_share{env="dbbench"} == 0.5')),
+        30,
+        "the forced share of the stored trajectory's steps",
+    )
+    assert query('harness_r1_action_steps_total{env="dbbench", origin="forced"} == 2')
