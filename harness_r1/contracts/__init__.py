@@ -1,7 +1,6 @@
 """Pydantic models of every message and file format. Imports nothing else of harness_r1."""
 
 from harness_r1.contracts.attribution import (
-    MODEL_DECIDED,
     ActionOrigin,
     OriginCounts,
     format_share,
@@ -66,7 +65,6 @@ MESSAGES: dict[str, type[Message]] = {
 __all__ = [
     "ALLOWED_EFFECTS",
     "ActionOrigin",
-    "MODEL_DECIDED",
     "OriginCounts",
     "TRAJECTORY_SCHEMA_VERSION",
     "format_share",

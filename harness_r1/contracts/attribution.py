@@ -33,10 +33,6 @@ class ActionOrigin(StrEnum):
     VETOED_THEN_MODEL = "vetoed_then_model"
 
 
-#: Origins where the action sent to the env is the model's own text.
-MODEL_DECIDED = frozenset({ActionOrigin.MODEL, ActionOrigin.VETOED_THEN_MODEL})
-
-
 class OriginCounts(Contract):
     """Steps of one episode (or of many, summed) by the origin of their action."""
 
@@ -58,6 +54,12 @@ class OriginCounts(Contract):
     def forced_share(self) -> float:
         """Share of steps whose action a hook chose without or regardless of the model."""
         return self.forced / self.steps if self.steps else 0.0
+
+    @property
+    def measured_forced_share(self) -> float | None:
+        """The forced share as tables and metrics report it: None where there were no steps
+        (nothing measured is not a share of 0)."""
+        return self.forced_share if self.steps else None
 
     def __add__(self, other: OriginCounts) -> OriginCounts:
         return OriginCounts(

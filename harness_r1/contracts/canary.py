@@ -83,7 +83,7 @@ class CandidateResult(Message):
     @property
     def forced_share(self) -> float | None:
         """Share of the patched episodes' steps a hook forced (None: nothing ran)."""
-        return self.origins.forced_share if self.origins.steps else None
+        return self.origins.measured_forced_share
 
     @property
     def patch_alone_success(self) -> float | None:

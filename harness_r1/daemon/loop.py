@@ -43,7 +43,7 @@ from typing import Any
 import structlog
 
 from harness_r1.consumers.packets import build_packet
-from harness_r1.contracts import FailurePacket, OriginCounts, TaskSpec, Trajectory
+from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
 from harness_r1.deploy.guard import GuardDecision, Verdict, judge
@@ -488,8 +488,8 @@ class ImprovementLoop:
             )
             decision = replace(
                 decision,
-                forced_share_new=_forced(origins[record.overlay_id]),
-                forced_share_control=_forced(origins[control]),
+                forced_share_new=origins[record.overlay_id].measured_forced_share,
+                forced_share_control=origins[control].measured_forced_share,
             )
             if self.publisher is not None:
                 enact(decision, self.publisher, target)
@@ -562,10 +562,6 @@ def _batch_outcome(
         forced_shares=tuple(r.forced_share for r in ordered),
         patch_alone=tuple(r.patch_alone_success for r in ordered),
     )
-
-
-def _forced(origins: OriginCounts) -> float | None:
-    return origins.forced_share if origins.steps else None
 
 
 def _decision_json(decision: GateDecision) -> dict[str, Any]:

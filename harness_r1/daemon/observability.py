@@ -357,7 +357,7 @@ class DaemonMetrics:
 
     def observe_steps(self, steps_by_origin: Mapping[tuple[str, str], int]) -> None:
         """Stored trajectories' steps by (env, origin): the counters, then each env's forced
-        share since start (from the counters themselves, so both always agree)."""
+        share since start (from running totals kept with the counters, so both agree)."""
         touched = set()
         with self._lock:
             for (env, origin), count in steps_by_origin.items():

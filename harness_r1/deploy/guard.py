@@ -179,10 +179,6 @@ class _Arm:
     successes: int = 0
     origins: OriginCounts = field(default_factory=OriginCounts)
 
-    @property
-    def forced_share(self) -> float | None:
-        return self.origins.forced_share if self.origins.steps else None
-
 
 @dataclass
 class LiveGuard:
@@ -219,7 +215,9 @@ class LiveGuard:
             self.config,
         )
         return replace(
-            decision, forced_share_new=new.forced_share, forced_share_control=old.forced_share
+            decision,
+            forced_share_new=new.origins.measured_forced_share,
+            forced_share_control=old.origins.measured_forced_share,
         )
 
 

@@ -35,7 +35,7 @@ class RateRow:
     @property
     def forced_share(self) -> float | None:
         """Share of the group's steps a hook forced (None: no steps)."""
-        return self.origins.forced_share if self.origins.steps else None
+        return self.origins.measured_forced_share
 
     @property
     def rate(self) -> float:

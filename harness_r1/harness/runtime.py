@@ -271,12 +271,12 @@ class HarnessRuntime:
             proposed_action=pending.proposed,
             raw_output=raw_output,
         )
-        unchanged = effect is not None and effect.kind == EffectKind.REWRITE
-        if (
-            effect is None
-            or effect.kind == EffectKind.ALLOW
-            or (unchanged and effect.text == pending.proposed)
-        ):
+        no_op_rewrite = (
+            effect is not None
+            and effect.kind == EffectKind.REWRITE
+            and effect.text == pending.proposed
+        )
+        if effect is None or effect.kind == EffectKind.ALLOW or no_op_rewrite:
             # a rewrite to the proposal itself changes nothing: the model's action, no effect
             self._take_proposal(pending)
             return

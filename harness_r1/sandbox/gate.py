@@ -11,7 +11,7 @@ Attribution limits (`max_forced_share`, `max_patch_alone_success`; None = no lim
 patch to advice: a candidate whose hooks forced more of its steps, or whose overlay wins more
 tasks under the null policy (the canary's patch-alone control), than the operator allows is
 rejected before its delta is weighed, with the figure and the limit in its reason. The
-`advisory` profile sets both (`ADVISORY`); the default profile sets neither.
+`advisory` profile sets both (`ADVISORY_LIMITS`); the default profile sets neither.
 """
 
 from __future__ import annotations

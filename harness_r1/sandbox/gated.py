@@ -59,13 +59,15 @@ def run_gated(
 ) -> GatedReport:
     """Both runs judge the candidates composed onto `incumbent` against `incumbent`."""
     report = runner.evaluate(batch, candidates, incumbent)
-    by_id = {r.candidate_id: r for r in report.candidates}
+    over_limits = {
+        r.candidate_id: refusal
+        for r in report.candidates
+        if r.status == "evaluated" and (refusal := attribution_refusal(r, gate)) is not None
+    }
+    evaluated = {r.candidate_id for r in report.candidates if r.status == "evaluated"}
     # a candidate the batch already rejects (unevaluated, over a limit) costs no guard run
     judged = [
-        c
-        for c in candidates
-        if by_id[c.candidate_id].status == "evaluated"
-        and attribution_refusal(by_id[c.candidate_id], gate) is None
+        c for c in candidates if c.candidate_id in evaluated and c.candidate_id not in over_limits
     ]
     guard = None
     if guard_batch is not None and judged:
@@ -78,9 +80,8 @@ def run_gated(
             reason = f"{result.status}: {result.invalid_reason}"
             decisions[result.candidate_id] = reject_unevaluated(reason)
             continue
-        over_limit = attribution_refusal(result, gate)
-        if over_limit is not None:
-            decisions[result.candidate_id] = reject_unevaluated(over_limit)
+        if result.candidate_id in over_limits:
+            decisions[result.candidate_id] = reject_unevaluated(over_limits[result.candidate_id])
             continue
         guard_result = guard_by_id.get(result.candidate_id)
         guard_pairs = pairs_of(guard_result) if guard_result else None

@@ -132,7 +132,7 @@ def run_canary(
 def canary_table(
     report: CanaryReport, guard: CanaryReport | None, decisions: dict[str, GateDecision]
 ) -> Table:
-    base_forced = report.baseline_origins.forced_share if report.baseline_origins.steps else None
+    base_forced = report.baseline_origins.measured_forced_share
     title = (
         f"canary on {report.env}: {report.tasks} tasks, baseline success "
         f"{report.baseline_success_rate:.1%}, forced share {format_share(base_forced)} "

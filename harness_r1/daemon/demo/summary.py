@@ -31,7 +31,7 @@ class Level:
 
     @property
     def forced_share(self) -> float | None:
-        return self.origins.forced_share if self.origins.steps else None
+        return self.origins.measured_forced_share
 
     @property
     def rate(self) -> float:
