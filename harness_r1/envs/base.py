@@ -72,6 +72,30 @@ class TaskPrompter(Protocol):
         ...
 
 
+class ExpertEpisode(Protocol):
+    """One demonstration in progress (it may keep state: which options it already chose)."""
+
+    def reply(self, observation: str, info: dict[str, Any]) -> str | None:
+        """What a competent agent writes now, in the form the env's prompter reads (the
+        completion the deployed target is trained on); None when it has nothing to say (the
+        demonstration is dropped)."""
+        ...
+
+
+class Expert(Protocol):
+    """An env's demonstrator from its own ground truth (a planner's plan, gold SQL, a goal's
+    product and options), used only on `training_splits`: the deployed target learns from it
+    (trainer/target_experts.py), the harness never sees it."""
+
+    training_splits: tuple[str, ...]
+
+    def make_env(self, data_root: Path) -> Env:
+        """The env as the expert needs it (ALFWorld's asks TextWorld for the planner's plan)."""
+        ...
+
+    def episode(self, task: TaskSpec, env: Env) -> ExpertEpisode: ...
+
+
 @dataclass(frozen=True)
 class EnvSuite:
     """Everything the rest of the system needs to know about one benchmark."""
@@ -84,3 +108,5 @@ class EnvSuite:
     prompter: TaskPrompter
     #: Files (relative to the data root) that must exist, for `harness-r1 data status`.
     data_files: Callable[[Path], dict[str, Sequence[Path]]]
+    #: The demonstrator the deployed target is trained from (None: the env has none).
+    expert: Expert | None = None

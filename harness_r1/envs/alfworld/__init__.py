@@ -10,6 +10,7 @@ Importing this package does not import TextWorld; the engine is imported on the 
 from __future__ import annotations
 
 from harness_r1.envs.alfworld.env import AlfWorldEnv, GameFileError
+from harness_r1.envs.alfworld.expert import AlfWorldExpert
 from harness_r1.envs.alfworld.prompter import AlfWorldPrompter, extract_action
 from harness_r1.envs.alfworld.tasks import (
     DEFAULT_MAX_STEPS,
@@ -29,6 +30,7 @@ SUITE = EnvSuite(
     load_tasks=load_tasks,
     prompter=AlfWorldPrompter(),
     data_files=data_files,
+    expert=AlfWorldExpert(),
 )
 
 __all__ = [

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness_r1.envs.base import Env, EnvSuite
 from harness_r1.envs.dbbench.env import DBBenchEnv, parse_action
+from harness_r1.envs.dbbench.expert import DBBenchExpert
 from harness_r1.envs.dbbench.prompter import DBBenchPrompter
 from harness_r1.envs.dbbench.tasks import (
     DEFAULT_MAX_STEPS,
@@ -35,6 +36,7 @@ SUITE = EnvSuite(
     load_tasks=load_tasks,
     prompter=DBBenchPrompter(),
     data_files=data_files,
+    expert=DBBenchExpert(),
 )
 
 __all__ = ["SUITE", "DBBenchEnv", "DBBenchPrompter", "load_tasks", "parse_action"]

@@ -22,6 +22,7 @@ from harness_r1.envs.base import EnvSuite
 from harness_r1.envs.data import DataError
 from harness_r1.envs.webshop.catalogue import Catalogue, build_catalogue, load_catalogue
 from harness_r1.envs.webshop.env import ENV_NAME, WebShopEnv
+from harness_r1.envs.webshop.expert import WebShopExpert
 from harness_r1.envs.webshop.goals import GOALS_FILE, load_goal_records
 from harness_r1.envs.webshop.model import Goal, Product
 from harness_r1.envs.webshop.prompter import WebShopPrompter
@@ -80,6 +81,7 @@ SUITE = EnvSuite(
     load_tasks=load_tasks,
     prompter=WebShopPrompter(),
     data_files=data_files,
+    expert=WebShopExpert(),
 )
 
 __all__ = [
