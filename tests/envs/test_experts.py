@@ -33,7 +33,9 @@ def test_the_expert_solves_training_tasks_on_the_real_env(env: str, count: int, 
 
 def test_the_webshop_expert_chooses_the_goals_options_before_buying():
     suite = get_suite("webshop")
-    with_options = [t for t in suite.load_tasks(DATA_ROOT, "fixed_train") if t.payload["goal_options"]]
+    with_options = [
+        t for t in suite.load_tasks(DATA_ROOT, "fixed_train") if t.payload["goal_options"]
+    ]
     demos = demonstrate(suite, DATA_ROOT, with_options[:2], history_turns=6)
     for task, trajectory in zip(with_options[:2], demos.trajectories, strict=True):
         actions = [s.action for s in trajectory.steps]
@@ -43,7 +45,8 @@ def test_the_webshop_expert_chooses_the_goals_options_before_buying():
 
 
 @pytest.mark.parametrize(
-    ("env", "held_out"), [("alfworld", "valid_seen"), ("dbbench", "dev"), ("webshop", "fixed_heldout")]
+    ("env", "held_out"),
+    [("alfworld", "valid_seen"), ("dbbench", "dev"), ("webshop", "fixed_heldout")],
 )
 def test_an_expert_refuses_a_held_out_split_before_playing(env: str, held_out: str):
     suite = get_suite(env)

@@ -39,7 +39,14 @@ def test_a_window_that_drops_history_starts_a_new_row_per_step():
     assert len(rows) == 6
     for row in rows:
         assert len(row["messages"]) == 3 and row["train_from"] == 2
-    assert sorted(tuple(r["metadata"]["steps"]) for r in rows) == [(0,), (0,), (0,), (1,), (1,), (1,)]
+    assert sorted(tuple(r["metadata"]["steps"]) for r in rows) == [
+        (0,),
+        (0,),
+        (0,),
+        (1,),
+        (1,),
+        (1,),
+    ]
 
 
 def test_failed_demonstrations_give_no_rows():
@@ -61,8 +68,12 @@ def test_tokenised_rows_train_on_the_replies_and_their_end_of_turn_only():
     _, rows = _dbbench_rows(history_turns=6)
     row = rows[0]
     tokens = tokenize_row(row, tokenizer)
-    trained = [t for t, label in zip(tokens["input_ids"], tokens["labels"], strict=True) if label != -100]
-    replies = [m["content"] for m in row["messages"][row["train_from"] :] if m["role"] == "assistant"]
+    trained = [
+        t for t, label in zip(tokens["input_ids"], tokens["labels"], strict=True) if label != -100
+    ]
+    replies = [
+        m["content"] for m in row["messages"][row["train_from"] :] if m["role"] == "assistant"
+    ]
     assert tokenizer.decode(trained) == "".join(f"{reply}<|im_end|>" for reply in replies)
     assert tokenizer.decode(tokens["input_ids"]) == tokenizer.apply_chat_template(
         row["messages"], tokenize=False
