@@ -349,6 +349,22 @@ def test_templates_do_what_they_say() -> None:
     assert options.call(HookName.PRE_ACTION, ctx, call.state).value["text"] == "click[buy now]"
 
 
+def test_the_options_check_vetoes_buying_once_naming_the_unclicked_option() -> None:
+    check = _hooks({"pre_action": _render("ws_options_check", "webshop")})
+    ctx = _ctx("i need a red shirt in size large, and price lower than 30.00 dollars", "webshop")
+    ctx.update(proposed_action="click[buy now]", raw_output="Action:\nclick[buy now]")
+    ctx["admissible_actions"] = ["click[blue]", "click[red]", "click[large]", "click[buy now]"]
+    ctx["history"] = [{"action": "click[large]", "observation": "item page"}]
+    call = check.call(HookName.PRE_ACTION, ctx, {})
+    assert call.value["effect"] == "veto"
+    assert "red" in call.value["text"] and "blue" not in call.value["text"]
+    assert "large" not in call.value["text"]  # already clicked
+    # one veto an episode: the model may still buy as it likes
+    assert check.call(HookName.PRE_ACTION, ctx, call.state).value is None
+    ctx["proposed_action"] = "click[red]"  # only buy now is checked
+    assert check.call(HookName.PRE_ACTION, ctx, {}).value is None
+
+
 # -- end to end: isolated worker, real env, no model ---------------------------------------------
 
 

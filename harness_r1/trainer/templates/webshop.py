@@ -1,6 +1,6 @@
 """WebShop templates: skills, a forced search from the instruction, the best matching product
-under the price bound, the options the instruction names, a price guard, and hints after
-invalid clicks."""
+under the price bound, the options the instruction names, a price guard, a check of the
+options before buying, and hints after invalid clicks."""
 
 from __future__ import annotations
 
@@ -206,6 +206,34 @@ def @@fn@@(ctx, state):
     return fill(code, price_re=PRICE_RE, result_re=RESULT_RE, slack=lit(p["slack"]))
 
 
+def _options_check(p: Mapping[str, Any], rc: RenderContext) -> str:
+    code = '''
+def @@fn@@(ctx, state):
+    """Before buy now: veto once, naming the options on the page the instruction asks for
+    that were not clicked (the model chooses what to click next)."""
+    if ctx["proposed_action"].strip().lower() != "click[buy now]":
+        return None
+    actions = ctx["admissible_actions"] or []
+    wanted = set(re.findall(r"[a-z0-9]+", ctx["task"]["instruction"].lower()))
+    clicked = [h["action"] for h in ctx["history"]]
+    nav = @@nav@@
+    missing = []
+    for a in actions:
+        if a in nav or a in clicked or not a.startswith("click[") or a.startswith("click[b0"):
+            continue
+        words = re.findall(r"[a-z0-9]+", a[6:-1])
+        if words and sum(1 for w in words if w in wanted) / len(words) >= @@threshold@@:
+            missing.append(a[6:-1])
+    seen = state.get("checked", 0)
+    if not missing or seen >= @@checks@@:
+        return None
+    state["checked"] = seen + 1
+    return {"effect": "veto", "text": "Not bought yet: the instruction asks for "
+            + ", ".join(missing[:3]) + ". Click the option you want first, then buy."}
+'''
+    return fill(code, nav=lit(NAV), threshold=lit(p["threshold"]), checks=str(p["checks"]))
+
+
 def _click_hint(p: Mapping[str, Any], rc: RenderContext) -> str:
     suggest = ""
     if p["suggest_closest"]:
@@ -320,6 +348,21 @@ TEMPLATES: tuple[Template, ...] = (
         weights={"wrong_end": 1.2},
         purpose="veto opening items priced over the instruction's bound",
         order=28,
+    ),
+    Template(
+        name="ws_options_check",
+        role="advisory",
+        hook=HookName.PRE_ACTION,
+        envs=ENVS,
+        params=(
+            FloatParam("threshold", 0.6, 1.0, 0.6, 0.1, "share of option words in the goal"),
+            IntParam("checks", 1, 2, 1, "vetoes per episode"),
+        ),
+        build=_options_check,
+        weights={"wrong_end": 1.5, "never_bought": 0.5},
+        purpose="before buy now, name the options the instruction asks for that were not "
+        "clicked (a veto: the model picks)",
+        order=27,
     ),
     Template(
         name="ws_invalid_click_hint",
