@@ -21,12 +21,18 @@ def demo(
     reference: Annotated[
         bool,
         typer.Option(
-            help="Instead of the loop: SmolLM2 on all three envs, base harness vs each env's "
-            "hand-written reference patch (paired canary)."
+            help="Instead of the loop: the target on all three envs' held-out splits, base "
+            "harness vs each env's hand-written reference patch (paired canary)."
         ),
     ] = False,
     env: Annotated[str, typer.Option(help="Env of the fleet.")] = "webshop",
-    split: Annotated[str, typer.Option(help="Split the fleet's tasks come from.")] = "fixed",
+    split: Annotated[
+        str,
+        typer.Option(
+            help="Split the fleet's tasks come from (the default: goals 40-59, which the "
+            "deployed agent never trained on)."
+        ),
+    ] = "fixed_heldout",
     agents: Annotated[int, typer.Option(help="Fleet size: deployed agents (>= 2).")] = 4,
     episodes: Annotated[int, typer.Option(help="Episodes per agent per phase.")] = 2,
     rounds: Annotated[int, typer.Option(help="Improvement rounds, each on the last.")] = 2,
@@ -38,6 +44,13 @@ def demo(
     budget: Annotated[
         float, typer.Option(help="Time budget in seconds; later phases are skipped.")
     ] = 900.0,
+    profile: Annotated[
+        str,
+        typer.Option(
+            help="The gate's attribution profile: advisory (candidates may force at most 10% "
+            "of steps and win nothing without the model; advisory templates only) or default."
+        ),
+    ] = "advisory",
     out: Annotated[
         Path | None, typer.Option(help="Run folder (default runs/demo-YYYYMMDD-HHMMSS, UTC).")
     ] = None,
@@ -68,6 +81,7 @@ def demo(
             guard_tasks=guard_tasks,
             guard_phases=guard_phases,
             budget_s=budget,
+            profile=profile,
             out=out,
         )
         try:
@@ -89,7 +103,8 @@ def demo(
         "dbbench": "dbbench_lookup",
         "webshop": "webshop_shopper",
     }
-    first_split = {"alfworld": "valid_seen", "dbbench": "dev", "webshop": "fixed"}
+    # held-out splits: the deployed agent trained on none of their tasks
+    first_split = {"alfworld": "valid_seen", "dbbench": "dev", "webshop": "fixed_heldout"}
     summary = []
     for env, split in first_split.items():
         request = CanaryRequest(

@@ -33,6 +33,10 @@ def test_two_rounds_build_on_each_other_and_the_operator_rolls_back(tmp_path: Pa
         guard_phases=12,
         promote_probability=0.8,
         out=tmp_path / "run",
+        # the staged engineer's overlays force their wins (the junk stand-in wins nothing):
+        # the default profile lets them through, on all 60 goals as before the deployed agent
+        profile="default",
+        split="fixed",
     )
     parts = DemoParts(
         policy=ScriptedPolicy([JUNK]), canary_for=canary_with_progress, proposer=StagedEngineer()

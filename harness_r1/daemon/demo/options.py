@@ -24,10 +24,11 @@ DEMO_MIN_GUARD_EPISODES = 4
 class DemoOptions:
     """The knobs of `harness-r1 demo` (its --help lists them).
 
-    The defaults are sized for 2 CPU cores and the embedded SmolLM2-135M: WebShop, where the
-    template teacher's shopping hooks can give the 135M model wins it cannot get alone, 4 agents x
-    2 episodes a phase (8 tasks, the same tasks and seeds in every phase, so the success per
-    round is paired), 6 steps an episode, K=3 candidates. The live guard promotes at
+    The defaults are sized for 2 CPU cores and the deployed agent (SmolLM2-135M with its shipped
+    adapter, harness/policies/deployed.py): WebShop's held-out goals 40-59 (the agent trained on
+    goals 0-39), 4 agents x 2 episodes a phase (8 tasks, the same tasks and seeds in every
+    phase, so the success per round is paired), 6 steps an episode, K=3 candidates, the gate's
+    advisory profile (the model decides). The live guard promotes at
     P(better) >= 0.9 here (the daemon's default is 0.99): with a cohort of one to three agents
     playing two episodes each per phase, 0.99 takes many phases even for a +25% gain (2/6 vs
     0/6 gives 0.90, 4/18 vs 0/18 gives 0.98), and the demo's overlay has already passed the
@@ -35,7 +36,7 @@ class DemoOptions:
     """
 
     env: str = "webshop"
-    split: str = "fixed"
+    split: str = "fixed_heldout"  # goals 40-59: the deployed agent never trained on them
     agents: int = 4
     episodes_per_agent: int = 2
     rounds: int = 2
@@ -45,6 +46,9 @@ class DemoOptions:
     guard_phases: int = 3  # fleet phases the live guard may watch per round before moving on
     promote_probability: float = 0.9
     budget_s: float = 900.0  # a phase that would start after this is skipped (summary still made)
+    # the gate's attribution profile: advisory holds candidates to advice (forced share <= 0.1,
+    # nothing won without the model) and the template teacher to advisory templates
+    profile: str = "advisory"
     release_wait_s: float = 120.0  # how long agents get to apply a release or a rollback
     out: Path | None = None  # the run folder (default runs/demo-<UTC time>)
 
@@ -54,6 +58,8 @@ class DemoOptions:
         for name in ("episodes_per_agent", "rounds", "max_steps", "k", "guard_phases"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.profile not in ("default", "advisory"):
+            raise ValueError(f"profile must be default or advisory, got {self.profile!r}")
         if self.guard_tasks < 0 or self.budget_s <= 0:
             raise ValueError("guard_tasks must be >= 0 and budget_s > 0")
 
@@ -65,7 +71,8 @@ class DemoOptions:
         """The run's size and its demo-specific decision settings, for the summary."""
         return (
             f"{self.agents} agents x {self.episodes_per_agent} episodes a phase on {self.env}, "
-            f"{self.max_steps} steps, K={self.k}; gate: batch >= {DEMO_MIN_BATCH} tasks, "
+            f"{self.max_steps} steps, K={self.k}; gate: {self.profile} profile, batch >= "
+            f"{DEMO_MIN_BATCH} tasks, "
             f"{self.guard_tasks} regression tasks; live guard: >= {DEMO_MIN_GUARD_EPISODES} "
             f"episodes per arm, promotes at P(better) >= {self.promote_probability} (the "
             "Bayesian rule; the daemon's default is mSPRT at alpha 0.05)"

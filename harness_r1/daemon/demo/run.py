@@ -215,6 +215,7 @@ def demo_settings(
     size or age seal in between), small gate minima, a guard that can decide within a few
     phases, quick scheduler ticks."""
     from harness_r1.daemon.settings import (
+        GateOptions,
         GuardOptions,
         LoopOptions,
         MetricsOptions,
@@ -258,6 +259,7 @@ def demo_settings(
             ),
             promote_probability=options.promote_probability,
         ),
+        gate=GateOptions(profile=options.profile),
         scheduler=SchedulerOptions(flush_interval_s=86_400, guard_interval_s=1),
         # a developer's laptop runs the demo as a user: the workers share that uid (Landlock
         # still denies them every read; the log says so once); a production daemon as a user
