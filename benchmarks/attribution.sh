@@ -9,7 +9,10 @@
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 R=benchmarks/results/engineer_value
-COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0"
+# the target these numbers were measured on: the embedded base model (TARGET=smollm2-agent
+# measures the deployed agent, the CLI's default)
+TARGET=${TARGET:-smollm2}
+COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0 --policy $TARGET"
 mkdir -p runs
 $HR canary --env webshop --split fixed_heldout --limit 20 --max-steps 6 $COMMON \
   --patch $R/webshop-incumbent.txt --out runs/who-webshop-incumbent.json

@@ -49,7 +49,8 @@ GRPO_EXTRA=${GRPO_EXTRA-"--graded-invalid"}
 # (steps are skipped by output name: change a setting here, delete the outputs it changes)
 MORE_PACKETS=${MORE_PACKETS:-4}
 MORE_SEED=${MORE_SEED:-100}
-TARGET="--max-steps 6 --history-turns 3"
+# the embedded base model, as measured (POLICY=smollm2-agent: the deployed agent)
+TARGET="--max-steps 6 --history-turns 3 --policy ${POLICY:-smollm2}"
 mkdir -p "$R"
 t() { /usr/bin/time -f "%e s wall" "$@"; }
 
@@ -85,6 +86,7 @@ heldout sft "$HELDOUT_PACKETS" 0 --adapter "$SFT"  # before GRPO: it tells early
 [ -d "$R/artifacts/engineer/v0002" ] || t $HR train grpo online "$R/coldstart/packets.jsonl" \
   --adapter "$SFT" --out "$R/artifacts" \
   --max-steps "$GRPO_STEPS" --num-iterations "$ITERATIONS" -k "$GRPO_K" --target-steps 6 \
+  --policy "${POLICY:-smollm2}" \
   --history-turns 3 --invalid-reward "$INVALID_REWARD" \
   --max-completion-length "$TOKENS" --micro-batch 1 --threads 2 --prefix-cache \
   --temperature "$TEMPERATURE" $GRPO_EXTRA 2>&1 \

@@ -233,8 +233,23 @@ SEED = 0
 HELDOUT_SEED = 1000  # other seeds than training: held-out episodes are new episodes
 
 
+#: the commands that run the frozen target: without `--target-policy` they run the embedded
+#: base model these results were measured on (the CLI's default target is the deployed agent)
+TARGET_COMMANDS = (("eval",), ("canary",), ("train", "coldstart"), ("engineer", "evaluate"),
+                   ("train", "grpo"))  # fmt: skip
+
+
+def on_base_target(command: list[str]) -> list[str]:
+    """`command` with `--policy smollm2` when it runs the target and names none."""
+    runs_target = any(tuple(command[1 : 1 + len(c)]) == c for c in TARGET_COMMANDS)
+    if command[:1] == [HR] and runs_target and "--policy" not in command:
+        return [*command, "--policy", "smollm2"]
+    return command
+
+
 def run(command: list[str], log: Path, paused_ok: bool = False) -> bool:
     """Run and log `command`; False when it paused at its time budget (`paused_ok`)."""
+    command = on_base_target(command)
     line = " ".join(shlex.quote(part) for part in command)
     print(f"$ {line}", flush=True)
     started = time.perf_counter()

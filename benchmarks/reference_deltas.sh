@@ -8,7 +8,10 @@
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 P=harness_r1/sandbox/reference_patches
-COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0"
+# the target these numbers were measured on: the embedded base model (TARGET=smollm2-agent
+# measures the deployed agent, the CLI's default)
+TARGET=${TARGET:-smollm2}
+COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0 --policy $TARGET"
 mkdir -p runs
 $HR canary --env alfworld --split valid_seen --limit 30 --max-steps 20 --prefix-cache $COMMON \
   --patch $P/alfworld_explorer.patch --out runs/ref-alfworld.json

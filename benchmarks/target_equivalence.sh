@@ -9,7 +9,10 @@
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 PY=${PY:-.venv/bin/python}
-COMMON="--limit ${LIMIT:-30} --seed 0 --lockstep 8 --history-turns 3 --max-new-tokens 64"
+# the target these numbers were measured on: the embedded base model (TARGET=smollm2-agent
+# measures the deployed agent, the CLI's default)
+TARGET=${TARGET:-smollm2}
+COMMON="--limit ${LIMIT:-30} --seed 0 --lockstep 8 --history-turns 3 --max-new-tokens 64 --policy $TARGET"
 VARIANTS=${VARIANTS:-"fp32-nodraft --dtype float32 --draft-tokens 0;fp32 --dtype float32;bf16 --dtype bfloat16"}
 declare -A SPLIT=([alfworld]=valid_seen [dbbench]=dev [webshop]=fixed)
 declare -A STEPS=([alfworld]=20 [dbbench]=10 [webshop]=10)

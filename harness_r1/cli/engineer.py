@@ -12,6 +12,7 @@ from rich.console import Console
 
 from harness_r1.cli.group import command_group
 from harness_r1.cli.options import (
+    DEFAULT_TARGET,
     TARGET_PREFIX_CACHE,
     HistoryTurns,
     LeanPrompt,
@@ -89,7 +90,7 @@ def engineer_evaluate(
             "prompt leaves it out and a patch writing it counts as invalid (stage scope)."
         ),
     ] = None,
-    policy: TargetPolicy = "smollm2",
+    policy: TargetPolicy = DEFAULT_TARGET,
 ) -> None:
     """Score an engineer version on held-out packets: valid fraction, mean canary delta.
 

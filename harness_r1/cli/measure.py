@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from harness_r1.cli.options import (
+    DEFAULT_TARGET,
     TARGET_BATCHED_DECODE,
     TARGET_DRAFT_TOKENS,
     TARGET_DTYPE,
@@ -38,8 +39,12 @@ def eval_command(
     split: Annotated[str, typer.Option()],
     limit: Annotated[int | None, typer.Option(help="Tasks, spread evenly over the split.")] = None,
     policy: Annotated[
-        str, typer.Option(help="smollm2 or gemma3 (embedded), openai, or a checkpoint dir")
-    ] = "smollm2",
+        str,
+        typer.Option(
+            help="smollm2-agent (the deployed agent), smollm2 or gemma3 (embedded base "
+            "models), openai, or a checkpoint dir"
+        ),
+    ] = DEFAULT_TARGET,
     seed: Annotated[int, typer.Option()] = 0,
     out: Annotated[Path | None, typer.Option(help="Write trajectories as JSON Lines.")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
@@ -138,7 +143,7 @@ def canary_command(
     batched_decode: BatchedDecode = TARGET_BATCHED_DECODE,
     draft_tokens: DraftTokens = TARGET_DRAFT_TOKENS,
     dtype: TargetDtype = TARGET_DTYPE,
-    policy: TargetPolicy = "smollm2",
+    policy: TargetPolicy = DEFAULT_TARGET,
 ) -> None:
     """Measure candidate patches on the frozen target (paired, shared baseline); gate them.
 

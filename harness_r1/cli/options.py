@@ -87,12 +87,16 @@ LeanPrompt = Annotated[
         "without meanings, one example, the failure point's last steps): for small engineers.",
     ),
 ]
+#: the default frozen target: the deployed agent (harness/policies/deployed.py's
+#: DEFAULT_TARGET, named here so `--help` imports no model code; a test holds them equal)
+DEFAULT_TARGET = "smollm2-agent"
 TargetPolicy = Annotated[
     str,
     typer.Option(
         "--policy",
-        help="The frozen target: smollm2 or gemma3 (embedded), or a checkpoint dir (e.g. a "
-        "tuned target from `train target`).",
+        help="The frozen target: smollm2-agent (the deployed agent, the default), smollm2 or "
+        "gemma3 (embedded base models), or a checkpoint dir (e.g. a tuned target from "
+        "`train target`).",
     ),
 ]
 Alpha = Annotated[

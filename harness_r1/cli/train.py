@@ -11,6 +11,7 @@ import typer
 
 from harness_r1.cli.group import command_group
 from harness_r1.cli.options import (
+    DEFAULT_TARGET,
     TARGET_PREFIX_CACHE,
     HistoryTurns,
     LeanPrompt,
@@ -50,7 +51,7 @@ def coldstart(
     ] = 3,
     lean_prompt: LeanPrompt = False,
     on: OnIncumbent = None,
-    policy: TargetPolicy = "smollm2",
+    policy: TargetPolicy = DEFAULT_TARGET,
 ) -> None:
     """Teacher proposals kept only when executable and non-regressive on the frozen target.
 
@@ -152,12 +153,33 @@ class TargetRows(StrEnum):
 
 @train_app.command("target")
 def target(
-    runs: Annotated[list[Path], typer.Argument(help="Trajectories JSONL of `eval` runs.")],
-    generations: Annotated[
-        list[Path],
-        typer.Option(help="The same runs' `eval --record-generations` files (repeatable)."),
-    ],
     out: Annotated[Path, typer.Option(help="Root of the tuned target's runs and checkpoint.")],
+    runs: Annotated[
+        list[Path] | None, typer.Argument(help="Trajectories JSONL of `eval` runs.")
+    ] = None,
+    generations: Annotated[
+        list[Path] | None,
+        typer.Option(help="The same runs' `eval --record-generations` files (repeatable)."),
+    ] = None,
+    from_experts: Annotated[
+        bool,
+        typer.Option(
+            "--from-experts",
+            help="Build the deployed agent instead: LoRA on expert demonstrations of every "
+            "env's training split (trainer/target_experts.py), shipped as the adapter "
+            "`--policy smollm2-agent` loads.",
+        ),
+    ] = False,
+    max_steps: Annotated[
+        int, typer.Option(help="--from-experts: optimizer steps (4 rows each).")
+    ] = 50,
+    alfworld_games: Annotated[
+        int, typer.Option(help="--from-experts: ALFWorld train games demonstrated.")
+    ] = 24,
+    ship_to: Annotated[
+        Path | None,
+        typer.Option(help="--from-experts: where the adapter goes (default: the package's)."),
+    ] = None,
     base: Annotated[
         str,
         typer.Option(help="The target the runs are of: smollm2, gemma3 or a checkpoint dir."),
@@ -182,7 +204,13 @@ def target(
     the paper's tuned target (coevolution). Serve it with `--policy OUT/tuned-vNNNN`. The runs
     come from `eval --out r.jsonl --record-generations g.jsonl` (under the incumbent, `--on`).
 
-    Example: `harness-r1 train target r.jsonl --generations g.jsonl --out artifacts/target`"""
+    Example: `harness-r1 train target r.jsonl --generations g.jsonl --out artifacts/target`;
+    the deployed agent: `harness-r1 train target --from-experts --out artifacts/deployed`"""
+    if from_experts:
+        _deployed_from_experts(out, max_steps, alfworld_games, ship_to)
+        return
+    if not runs or not generations:
+        raise typer.BadParameter("give the runs and their --generations (or --from-experts)")
     from harness_r1.consumers.packets import read_trajectories
     from harness_r1.envs import get_suite
     from harness_r1.harness.policies.local_models import EMBEDDED
@@ -231,6 +259,23 @@ def target(
     if not tuned.exists():
         merge_checkpoint(resolve_base(base, cache), result.version_dir, tuned)
     typer.echo(f"tuned target: {tuned} (serve it with --policy {tuned})")
+
+
+def _deployed_from_experts(
+    out: Path, max_steps: int, alfworld_games: int, ship_to: Path | None
+) -> None:
+    from harness_r1.cli.jobs.deployed import DEFAULT_TASKS, ExpertRequest, build_deployed
+
+    settings = cli_settings()
+    request = ExpertRequest(
+        data_root=settings.data_root(),
+        out=out,
+        tasks=tuple({**DEFAULT_TASKS, "alfworld": alfworld_games}.items()),
+        history_turns=settings.loop.history_turns,
+        max_steps=max_steps,
+        ship_to=ship_to,
+    )
+    build_deployed(request, settings.cache, say=typer.echo)
 
 
 grpo_app = command_group(
@@ -290,7 +335,7 @@ def grpo_online(
         ),
     ] = False,
     lean_prompt: LeanPrompt = False,
-    policy: TargetPolicy = "smollm2",
+    policy: TargetPolicy = DEFAULT_TARGET,
     stop_after_minutes: Annotated[
         float | None,
         typer.Option(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness_r1.harness import RunConfig
 from harness_r1.harness.policies.base import Policy, SamplingConfig
+from harness_r1.harness.policies.deployed import DEFAULT_TARGET
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
 
 
@@ -18,7 +19,7 @@ class TargetSpec:
     OpenAI-compatible server at `base_url`), how it decodes, what it sees and how many
     episodes advance together. Defaults are the domain configs' (RunConfig, SamplingConfig)."""
 
-    kind: str = "smollm2"
+    kind: str = DEFAULT_TARGET
     base_url: str | None = None
     model: str | None = None
     lockstep: int = PolicySpec.max_batch

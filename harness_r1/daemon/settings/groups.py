@@ -170,7 +170,7 @@ class KafkaOptions(_Group):
 EngineerBackend = Annotated[
     Literal["template", "smollm2", "openai", "vllm"], BeforeValidator(_lower)
 ]
-TargetPolicy = Annotated[Literal["smollm2", "openai"], BeforeValidator(_lower)]
+TargetPolicy = Annotated[Literal["smollm2-agent", "smollm2", "openai"], BeforeValidator(_lower)]
 TargetDtype = Annotated[Literal["auto", "float32", "bfloat16", "int8"], BeforeValidator(_lower)]
 LogFormat = Annotated[Literal["json", "console"], BeforeValidator(_lower)]
 LogLevel = Annotated[
@@ -231,9 +231,10 @@ class LoopOptions(_Group):
         "(`train coldstart --lean-prompt`).",
     )
     target_policy: TargetPolicy = Field(
-        default="smollm2",
-        description="The frozen target the canaries run: smollm2 (embedded) or openai (server "
-        "at target_url).",
+        default="smollm2-agent",
+        description="The frozen target the canaries run: smollm2-agent (the deployed agent: "
+        "the embedded base with its shipped adapter merged), smollm2 (the embedded base "
+        "model) or openai (server at target_url).",
     )
     target_dtype: TargetDtype = Field(
         default="auto",

@@ -10,10 +10,10 @@ from harness_r1.harness.policies.base import Policy, SamplingConfig
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """`kind`: "smollm2" or "gemma3" (embedded transformers), "openai" (HTTP), or a local
-    checkpoint dir."""
+    """`kind`: "smollm2-agent" (the deployed agent, deployed.py), "smollm2" or "gemma3"
+    (embedded base models), "openai" (HTTP), or a local checkpoint dir."""
 
-    kind: str = "smollm2"
+    kind: str = "smollm2-agent"
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
@@ -37,7 +37,10 @@ class PolicySpec:
 
 def build_policy(spec: PolicySpec) -> Policy:
     from harness_r1.harness.policies.backends import resolve_backend
+    from harness_r1.harness.policies.deployed import DEPLOYED
 
+    if spec.kind in DEPLOYED:
+        return _deployed_policy(spec)
     backend = resolve_backend(spec.kind, "policy", remote=("openai",))
     if backend.family == "openai":
         if not spec.base_url or not spec.model:
@@ -71,6 +74,28 @@ def build_policy(spec: PolicySpec) -> Policy:
         backend.checkpoint,
         model_id=backend.name,
         version=checkpoint_version(backend.checkpoint),
+        sampling=spec.sampling,
+        max_batch=spec.max_batch,
+        prefix_cache=spec.prefix_cache,
+        batched_decode=spec.batched_decode,
+        draft_tokens=spec.draft_tokens,
+        dtype=spec.dtype,
+    )
+
+
+def _deployed_policy(spec: PolicySpec) -> Policy:
+    """A shipped agent (deployed.py): its merged checkpoint, named by its model id and
+    versioned by its adapter's digest (trajectories and canary baselines keep it apart from
+    the base model and from any other adapter)."""
+    from harness_r1.harness.policies.deployed import DEPLOYED, merged_checkpoint
+    from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+
+    agent = DEPLOYED[spec.kind]
+    checkpoint = merged_checkpoint(agent, spec.cache_dir)
+    return TransformersPolicy(
+        checkpoint,
+        model_id=agent.model_id,
+        version=checkpoint.name.rsplit("-", 1)[-1],
         sampling=spec.sampling,
         max_batch=spec.max_batch,
         prefix_cache=spec.prefix_cache,
