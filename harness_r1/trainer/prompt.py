@@ -526,7 +526,7 @@ def template_menu(
     calls = [
         TemplateChoice.of(t.name).label()
         for t in templates_for(env)
-        if t.hook in hooks and (t.role == "advisory" or not advisory)
+        if t.in_menu and t.hook in hooks and (t.role == "advisory" or not advisory)
     ]
     if not calls:
         return []

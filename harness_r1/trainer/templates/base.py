@@ -316,6 +316,10 @@ class Template:
         hints, vetoes, a rewrite of the model's own proposal into a valid command, recovery)
         or "solver" (chooses actions for the model: forces). Under the gate's advisory profile
         the teacher offers advisory templates only.
+    in_menu: named in the engineer's prompt (`prompt.template_menu`). A template added after
+        the committed SFT engineer was trained stays out until that engineer is retrained on
+        the new prompt (`engineer_value.py --stages sft`): its rows digest pins the prompt it
+        learned under. The teacher offers it either way.
     """
 
     name: str
@@ -331,6 +335,7 @@ class Template:
     steer: Steer | None = None
     partners: tuple[str, ...] = ()
     role: str = ""
+    in_menu: bool = True
 
     def __post_init__(self) -> None:
         if self.role not in TEMPLATE_ROLES:

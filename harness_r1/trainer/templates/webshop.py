@@ -363,6 +363,7 @@ TEMPLATES: tuple[Template, ...] = (
         purpose="before buy now, name the options the instruction asks for that were not "
         "clicked (a veto: the model picks)",
         order=27,
+        in_menu=False,  # newer than the committed SFT engineer (see Template.in_menu)
     ),
     Template(
         name="ws_invalid_click_hint",
