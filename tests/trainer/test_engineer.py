@@ -647,13 +647,22 @@ def test_every_call_of_the_lean_menu_renders_a_patch_of_the_env(env: str) -> Non
 
     (line,) = template_menu(env)
     calls = line.split(" one of ", 1)[1].removesuffix(".").split("; ")
-    assert [c.split("(")[0] for c in calls] == [t.name for t in templates_for(env)]
+    menu = [t.name for t in templates_for(env) if t.in_menu]
+    assert [c.split("(")[0] for c in calls] == menu
     for call in calls:
         name = call.split("(")[0]
         text = f"<think>t</think><patch>\n# description: templates: {name}. {call}.\n</patch>"
         result = template_call(text, env)
         assert result is not None and result.patch is not None, (call, result)
         assert result.patch.env == env
+
+
+def test_the_menu_leaves_out_templates_newer_than_the_committed_engineer() -> None:
+    from harness_r1.trainer.templates import TEMPLATES
+
+    assert not TEMPLATES["ws_options_check"].in_menu
+    assert "ws_options_check(" not in template_menu("webshop")[0]
+    assert "ws_price_guard(" in template_menu("webshop")[0]
 
 
 def test_the_menu_leaves_out_templates_of_a_removed_hook() -> None:
