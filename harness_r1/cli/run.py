@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -81,7 +81,7 @@ def demo(
             guard_tasks=guard_tasks,
             guard_phases=guard_phases,
             budget_s=budget,
-            profile=profile,
+            profile=_profile(profile),
             out=out,
         )
         try:
@@ -168,3 +168,11 @@ def run_daemon(
     finally:
         built.health.stop()
         built.close()
+
+
+def _profile(value: str) -> Literal["default", "advisory"]:
+    if value == "default":
+        return "default"
+    if value == "advisory":
+        return "advisory"
+    raise typer.BadParameter(f"--profile must be default or advisory, got {value!r}")

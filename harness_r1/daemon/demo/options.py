@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness_r1.contracts import Trajectory
 from harness_r1.daemon.store import CandidateRow
@@ -48,7 +48,7 @@ class DemoOptions:
     budget_s: float = 900.0  # a phase that would start after this is skipped (summary still made)
     # the gate's attribution profile: advisory holds candidates to advice (forced share <= 0.1,
     # nothing won without the model) and the template teacher to advisory templates
-    profile: str = "advisory"
+    profile: Literal["default", "advisory"] = "advisory"
     release_wait_s: float = 120.0  # how long agents get to apply a release or a rollback
     out: Path | None = None  # the run folder (default runs/demo-<UTC time>)
 

@@ -142,7 +142,7 @@ def _write_merged(base_dir: Path, adapter_file: Path, out: Path) -> None:
                     raise AdapterRefused(f"the adapter adapts {name!r}, which the base lacks")
                 low_a = adapter.get_tensor(f"{name}.lora_A").float()
                 low_b = adapter.get_tensor(f"{name}.lora_B").float()
-                weight = modules[name].weight  # type: ignore[union-attr]
+                weight = modules[name].weight
                 weight += scale * (low_b @ low_a)
     model.save_pretrained(str(out))
     AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(out))
