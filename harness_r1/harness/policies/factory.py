@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness_r1.harness.policies.base import Policy, SamplingConfig
 
@@ -57,30 +58,25 @@ def build_policy(spec: PolicySpec) -> Policy:
         )
     from harness_r1.harness.policies.transformers_backend import TransformersPolicy
 
+    engine = _engine_options(spec)
     if backend.checkpoint is None:
-        return TransformersPolicy.embedded(
-            backend.name,
-            spec.cache_dir,
-            sampling=spec.sampling,
-            max_batch=spec.max_batch,
-            prefix_cache=spec.prefix_cache,
-            batched_decode=spec.batched_decode,
-            draft_tokens=spec.draft_tokens,
-            dtype=spec.dtype,
-        )
+        return TransformersPolicy.embedded(backend.name, spec.cache_dir, **engine)
     from harness_r1.harness.policies.local_models import checkpoint_version
 
-    return TransformersPolicy(
-        backend.checkpoint,
-        model_id=backend.name,
-        version=checkpoint_version(backend.checkpoint),
-        sampling=spec.sampling,
-        max_batch=spec.max_batch,
-        prefix_cache=spec.prefix_cache,
-        batched_decode=spec.batched_decode,
-        draft_tokens=spec.draft_tokens,
-        dtype=spec.dtype,
-    )
+    version = checkpoint_version(backend.checkpoint)
+    return TransformersPolicy(backend.checkpoint, model_id=backend.name, version=version, **engine)
+
+
+def _engine_options(spec: PolicySpec) -> dict[str, Any]:
+    """How the transformers engine decodes, whichever checkpoint it serves."""
+    return {
+        "sampling": spec.sampling,
+        "max_batch": spec.max_batch,
+        "prefix_cache": spec.prefix_cache,
+        "batched_decode": spec.batched_decode,
+        "draft_tokens": spec.draft_tokens,
+        "dtype": spec.dtype,
+    }
 
 
 def _deployed_policy(spec: PolicySpec) -> Policy:
@@ -92,14 +88,7 @@ def _deployed_policy(spec: PolicySpec) -> Policy:
 
     agent = DEPLOYED[spec.kind]
     checkpoint = merged_checkpoint(agent, spec.cache_dir)
+    version = checkpoint.name.rsplit("-", 1)[-1]
     return TransformersPolicy(
-        checkpoint,
-        model_id=agent.model_id,
-        version=checkpoint.name.rsplit("-", 1)[-1],
-        sampling=spec.sampling,
-        max_batch=spec.max_batch,
-        prefix_cache=spec.prefix_cache,
-        batched_decode=spec.batched_decode,
-        draft_tokens=spec.draft_tokens,
-        dtype=spec.dtype,
+        checkpoint, model_id=agent.model_id, version=version, **_engine_options(spec)
     )
