@@ -45,7 +45,10 @@ def canary(env, progress):
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 faulthandler.register(signal.SIGUSR1, file=open(out / "stacks.txt", "w"), all_threads=True)
-options = DemoOptions(agents=2, episodes_per_agent=2, k=2, guard_tasks=2, out=out)
+# the staged engineer's overlays force (default profile), on all 60 goals, as test_demo.py
+options = DemoOptions(
+    agents=2, episodes_per_agent=2, k=2, guard_tasks=2, out=out, profile="default", split="fixed"
+)
 parts = DemoParts(policy=policy, canary_for=canary, proposer=StagedEngineer())
 run_demo(options, data_root(), out / "cache", Console(width=160), parts)
 """
