@@ -37,8 +37,7 @@ class ExpertRequest:
     agent: str = "smollm2-agent"
     tasks: tuple[tuple[str, int | None], ...] = tuple(DEFAULT_TASKS.items())
     history_turns: int = 6
-    max_steps: int = 50
-    learning_rate: float = 4e-4
+    max_steps: int | None = None  # None: deployed_settings' (what the shipped adapter used)
     ship_to: Path | None = None
 
 
@@ -105,9 +104,8 @@ def build_deployed(request: ExpertRequest, cache_dir: Path | None, say: Any = pr
     if request.ship_to is not None:
         agent = ShippedAgent(agent.name, agent.base, agent.model_id, request.ship_to)
     rows_path, summary = build_rows(request, say)
-    settings = deployed_settings(
-        request.out, max_steps=request.max_steps, learning_rate=request.learning_rate
-    )
+    steps = {} if request.max_steps is None else {"max_steps": request.max_steps}
+    settings = deployed_settings(request.out, **steps)
     run = train_deployed(rows_path, settings, base=agent.base, cache_dir=cache_dir)
     digest = ship(agent, run, summary, cache_dir, "harness-r1 " + shlex.join(sys.argv[1:]))
     say(f"shipped {agent.adapter_file} (sha256 {digest})")
