@@ -3,6 +3,7 @@ Registered on the root command by `cli.app`."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -140,9 +141,7 @@ def _exit_now(stop: BaseException) -> NoReturn:
     still in a model call."""
     code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
     console.print(f"demo stopped (exit {code})")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _exit_without_finalization(code)
 
 
 def run_daemon(
@@ -168,6 +167,18 @@ def run_daemon(
     finally:
         built.health.stop()
         built.close()
+    if built.daemon.left_running:
+        # a thread still in native code (a model call, a training step) past the drain: its
+        # batch is handed back already; interpreter finalization would wait on it or abort
+        # inside it (SIGABRT, "terminate called without an active exception")
+        _exit_without_finalization(0)
+
+
+def _exit_without_finalization(code: int) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _profile(value: str) -> Literal["default", "advisory"]:

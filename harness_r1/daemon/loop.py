@@ -52,6 +52,7 @@ from harness_r1.deploy.promotion import Promoter, Promotion
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.envs import get_suite
+from harness_r1.harness import RunCancelled
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
 from harness_r1.sandbox.compose import Link, compose, effective_sources
@@ -147,6 +148,8 @@ class ImprovementLoop:
         self.publisher = publisher
         self.metrics = metrics or LoopMetricsSink()
         self._on_event = on_event
+        self._held: dict[str, str] = {}  # worker -> the batch it is working on
+        self._held_lock = threading.Lock()
         self.promoter = Promoter(
             registry,
             publisher,
@@ -210,9 +213,15 @@ class ImprovementLoop:
         with (
             structlog.contextvars.bound_contextvars(batch_id=batch.batch_id, worker=worker),
             self._heartbeat(batch.batch_id, worker),
+            self._holding(batch.batch_id, worker),
         ):
             try:
                 outcome = self.process(batch)
+            except RunCancelled as err:  # the daemon is stopping: not this batch's fault
+                if self.store.release_batch(batch.batch_id, worker, count_attempt=False):
+                    self.metrics.batch("handed_back")
+                    log.info("batch_handed_back", reason=str(err))
+                return None
             except StaleBatch as err:
                 self.store.finish_batch(batch.batch_id, worker, "stale", str(err))
                 self.metrics.batch("stale")
@@ -224,6 +233,30 @@ class ImprovementLoop:
             self.store.finish_batch(batch.batch_id, worker, "done")
             self.metrics.batch("done")
             return outcome
+
+    @contextmanager
+    def _holding(self, batch_id: str, worker: str) -> Iterator[None]:
+        with self._held_lock:
+            self._held[worker] = batch_id
+        try:
+            yield
+        finally:
+            with self._held_lock:
+                self._held.pop(worker, None)
+
+    def hand_back_all(self) -> int:
+        """Hand every batch a worker of this loop still holds back to pending, its attempt
+        not counted: the daemon's stop, when a worker did not end within the drain timeout.
+        The worker's own finish later fails quietly (it no longer holds the batch)."""
+        with self._held_lock:
+            held = dict(self._held)
+        handed = 0
+        for worker, batch_id in held.items():
+            if self.store.release_batch(batch_id, worker, count_attempt=False):
+                self.metrics.batch("handed_back")
+                log.info("batch_handed_back", batch_id=batch_id, worker=worker)
+                handed += 1
+        return handed
 
     @contextmanager
     def _heartbeat(self, batch_id: str, worker: str) -> Iterator[None]:

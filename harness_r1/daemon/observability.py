@@ -49,7 +49,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ENV_LABELS = (*ENV_NAMES, "other")
 OUTCOMES = ("success", "failure")
 BROKER_OPS = ("poll", "commit", "dead_letter", "send")
-BATCH_STATES = ("sealed", "done", "failed", "retried", "stale")
+BATCH_STATES = ("sealed", "done", "failed", "retried", "handed_back", "stale")
 GATE_VERDICTS = ("promote", "reject", "inconclusive")
 GUARD_VERDICTS = ("promote", "rollback")
 QUEUES = ("pending_batches", "running_batches", "dead_letters")
@@ -202,7 +202,8 @@ class DaemonMetrics:
         )
         self.batches = Counter(
             "harness_r1_batches",
-            "Batch transitions, by the state entered (sealed, done, failed, retried, stale)",
+            "Batch transitions, by the state entered (sealed, done, failed, retried, "
+            "handed_back: back to pending at a stop, the attempt not counted, stale)",
             ["state"],
             registry=registry,
         )

@@ -189,6 +189,7 @@ class Daemon:
         grpo_update: Callable[[], int] | None = None,
         engineer_refresh: Callable[[], str | None] | None = None,
         control_factory: Callable[[], ControlFollower] | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.store = store
         self._ingest_factory = ingest_factory
@@ -199,7 +200,11 @@ class Daemon:
         self._engineer_refresh = engineer_refresh
         self._control_factory = control_factory
         self._stop = threading.Event()
+        # set at stop: the canary under way ends at its next decision round and its batch is
+        # handed back (the canary runners hold the same event)
+        self.cancel = cancel or threading.Event()
         self._threads: list[threading.Thread] = []
+        self.left_running: list[str] = []  # threads still alive after the last stop
         self._scheduler: Any = None
         self.ingest: TrajectoryIngest | None = None
         self.worker_ids = [
@@ -239,14 +244,19 @@ class Daemon:
         if self._stop.is_set():
             return
         self._stop.set()
+        self.cancel.set()
         deadline = time.monotonic() + self.config.drain_timeout_s
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in self._threads if t.is_alive()]
+        self.left_running = stuck
         if stuck:
-            log.warning("daemon_stop_left_work_to_its_lease", threads=stuck)
+            # a worker still inside a model call past the drain: hand its batch back now, so
+            # another daemon takes it at once (the attempt not counted)
+            handed = self.loop.hand_back_all()
+            log.warning("daemon_stop_left_threads", threads=stuck, batches_handed_back=handed)
         if self.ingest is not None and not any(
             t.name == "ingest" for t in self._threads if t.is_alive()
         ):
@@ -259,6 +269,7 @@ class Daemon:
 
         def handle(signum: int, frame: FrameType | None) -> None:
             log.info("daemon_signal", signal=signal.Signals(signum).name)
+            self.cancel.set()
             self._stop.set()
 
         signal.signal(signal.SIGTERM, handle)

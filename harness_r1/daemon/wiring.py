@@ -29,6 +29,7 @@ from harness_r1.consumers.kafka import (
 )
 from harness_r1.contracts import CanaryReport, ControlCommand
 from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
+from harness_r1.daemon.canary_log import LoggedCanaryProgress
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.grpo_job import EngineerVersions
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
@@ -135,7 +136,8 @@ class _Serialized:
 
 
 class CanaryRunners:
-    """One canary runner per env over the frozen target, built on first use (thread-safe)."""
+    """One canary runner per env over the frozen target, built on first use (thread-safe).
+    Setting `cancel` (the daemon's stop) ends a running canary at its next decision round."""
 
     def __init__(
         self,
@@ -143,11 +145,13 @@ class CanaryRunners:
         data_root: Callable[[], Path],
         progress: CanaryProgress | None = None,
         sandbox_metrics: SandboxMetrics | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.settings = settings
         self._data_root = data_root
         self._progress = progress
         self._sandbox_metrics = sandbox_metrics
+        self.cancel = cancel
         self._runners: dict[str, Evaluator] = {}
         self._lock = threading.Lock()
 
@@ -192,6 +196,7 @@ class CanaryRunners:
             sandbox=sandbox.sandbox_config(),
             progress=self._progress,
             metrics=self._sandbox_metrics,
+            cancel=self.cancel,
         )
 
 
@@ -291,7 +296,11 @@ def build_daemon(
     canary_for: Callable[[str], Evaluator] | None = None,
     key: str = "main",
     extra_topics: Sequence[str] = (),
+    cancel: threading.Event | None = None,
 ) -> Built:
+    """`cancel`: set by the daemon's stop, it ends the canary under way (give the same event
+    to a `canary_for` built outside; one is made when None)."""
+    cancel = cancel or threading.Event()
     kafka = kafka_settings(settings)
     warning = kafka.plaintext_warning()
     if warning is not None:
@@ -355,7 +364,11 @@ def build_daemon(
         proposer or build_proposer(settings),
         canary_for
         or CanaryRunners(
-            settings, _lazy_data_root(settings), sandbox_metrics=SandboxMetrics(registry)
+            settings,
+            _lazy_data_root(settings),
+            progress=LoggedCanaryProgress(),
+            sandbox_metrics=SandboxMetrics(registry),
+            cancel=cancel,
         ),
         TaskIndex(_lazy_data_root(settings)),
         loop_config(settings),
@@ -405,6 +418,7 @@ def build_daemon(
             versions if settings.loop.engineer_backend in SWAPPABLE_ENGINEERS else None, metrics
         ),
         control_factory=_control_follower(settings, kafka, overlays, store, metrics, skipper),
+        cancel=cancel,
     )
     skipper.daemon = daemon
     metrics.watch_readiness(daemon.ready)

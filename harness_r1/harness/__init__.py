@@ -5,7 +5,7 @@ The runtime takes a HookSet (a protocol) and never imports the sandbox.
 
 from harness_r1.harness.episode import EpisodeSpec
 from harness_r1.harness.hooks import HookCall, HookSet, InProcessHooks, NoHooks
-from harness_r1.harness.runtime import HarnessRuntime, RunConfig
+from harness_r1.harness.runtime import HarnessRuntime, RunCancelled, RunConfig
 
 __all__ = [
     "EpisodeSpec",
@@ -14,5 +14,6 @@ __all__ = [
     "HookSet",
     "InProcessHooks",
     "NoHooks",
+    "RunCancelled",
     "RunConfig",
 ]

@@ -9,10 +9,14 @@ round. Per step, for every active episode:
   5. post_feedback hook -> hint | force (next action) | recover (restart the context).
 A hook fault is recorded on the step and the episode goes on; an env failure ends only its
 own episode (termination `error`); a model backend failure is infrastructure and propagates.
+A run can be cancelled from another thread (`cancel`, a threading.Event): it stops at the next
+decision round with `RunCancelled`, so a daemon stopping mid-canary is out within one model
+call instead of waiting for the whole batch.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +43,11 @@ from harness_r1.harness.episode import Episode, EpisodeSpec, PendingStep
 from harness_r1.harness.policies.base import ChatMessage, GenerationRequest, Policy
 
 HARNESS_PREFIX = "[harness] "
+
+
+class RunCancelled(RuntimeError):
+    """`HarnessRuntime.run` stopped because its `cancel` event was set: the episodes under way
+    are dropped (none is delivered half-played)."""
 
 
 @dataclass(frozen=True)
@@ -92,11 +101,13 @@ class HarnessRuntime:
         config: RunConfig | None = None,
         env_factory: Callable[[], Env] | None = None,
         on_generation: Callable[[GenerationRecord], None] | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.suite = suite
         self.policy = policy
         self.config = config or RunConfig()
         self.on_generation = on_generation
+        self.cancel = cancel
         self._env_factory = env_factory or (lambda: suite.make_env(data_root))
         self._envs: list[Env] = []
 
@@ -107,8 +118,9 @@ class HarnessRuntime:
         canary's patch-alone control runs its episodes on the envs the target's runs use.
         Not for concurrent use with this one (they share envs)."""
         other = HarnessRuntime(
-            self.suite, policy, Path(), self.config, env_factory=self._env_factory
-        )
+            self.suite, policy, Path(), self.config, env_factory=self._env_factory,
+            cancel=self.cancel,
+        )  # fmt: skip
         other._envs = self._envs
         return other
 
@@ -119,13 +131,16 @@ class HarnessRuntime:
     ) -> list[Trajectory]:
         """Run all episodes, up to `lockstep` at a time: a slot whose episode ends takes the
         next spec at once, so the batch stays full. Trajectories come back in input order;
-        `on_done` sees each as it ends."""
+        `on_done` sees each as it ends. Raises RunCancelled once `cancel` is set (checked
+        before each decision round)."""
         width = max(1, self.config.lockstep or self.policy.max_batch)
         queue = list(enumerate(specs))
         queue.reverse()
         results: dict[int, Trajectory] = {}
         slots: list[tuple[int, Episode] | None] = [None] * min(width, len(specs))
         while queue or any(slots):
+            if self.cancel is not None and self.cancel.is_set():
+                raise RunCancelled(f"cancelled with {len(specs) - len(results)} episodes left")
             for slot, held in enumerate(slots):
                 while held is None and queue:
                     index, spec = queue.pop()

@@ -8,6 +8,7 @@ how a candidate is judged is decided here, once.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from harness_r1.envs.base import EnvSuite
@@ -32,11 +33,12 @@ def build_canary_runner(
     cache: BaselineCache | None = None,
     progress: CanaryProgress | None = None,
     metrics: SandboxMetrics | None = None,
+    cancel: threading.Event | None = None,
 ) -> CanaryRunner:
     """A canary for `suite` on `policy`: candidates in isolated workers (`sandbox`, their
     events counted in `metrics`), checked by the intake under `limits`; `progress` watches
-    its episodes."""
-    runtime = HarnessRuntime(suite, policy, data_root, run)
+    its episodes; setting `cancel` stops a run at its next decision round (RunCancelled)."""
+    runtime = HarnessRuntime(suite, policy, data_root, run, cancel=cancel)
     return CanaryRunner(
         runtime,
         isolated_hooks_factory(sandbox, metrics),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
 from harness_r1.deploy.signing import Signer
 from harness_r1.envs import get_suite
+from harness_r1.harness import RunCancelled
 from harness_r1.harness.episode import EpisodeSpec
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
@@ -173,6 +175,56 @@ def test_infrastructure_failure_is_retried_not_rewarded(tmp_path: Path) -> None:
     assert store.pending_batches() == 1 and store.count_canary_results() == 0
     assert loop.work_once("w1") is None
     assert store.pending_batches() == 0 and store.count_groups() == 0
+
+
+def test_a_canary_cancelled_by_a_stop_hands_its_batch_back_without_using_an_attempt(
+    tmp_path: Path,
+) -> None:
+    """The daemon's stop cancels the canary under way (RunCancelled from the runtime): the
+    batch goes back to pending at once, its attempt not counted, so stopping any number of
+    times never makes a batch fail; the next claim sees its first attempt."""
+
+    def stopping(env: str):  # type: ignore[no-untyped-def]
+        raise RunCancelled("cancelled with 5 episodes left")
+
+    loop, store, _, _ = build(tmp_path, TemplateWriter(), batch_size=4, max_attempts=1)
+    loop.canary_for = stopping
+    ingest(store, failed_trajectories(4, offset=3))
+    loop.flush()
+    for _ in range(3):  # more stops than max_attempts
+        assert loop.work_once("w1") is None
+        assert store.pending_batches() == 1 and store.running_batches() == 0
+    batch = store.claim_batch("w2", 60, max_attempts=1)
+    assert batch is not None and batch.attempts == 1
+    assert store.count_canary_results() == 0
+
+
+def test_hand_back_all_returns_what_a_stuck_worker_holds(tmp_path: Path) -> None:
+    """A worker still in a model call past the drain: the stopping daemon hands its batch
+    back from another thread; the worker's own finish then finds it no longer holds it."""
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(env: str):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(30)
+        raise RunCancelled("cancelled late")
+
+    loop, store, _, _ = build(tmp_path, TemplateWriter(), batch_size=4)
+    loop.canary_for = stuck
+    ingest(store, failed_trajectories(4, offset=3))
+    loop.flush()
+    worker = threading.Thread(target=loop.work_once, args=("w1",))
+    worker.start()
+    assert entered.wait(30)
+    assert store.running_batches() == 1
+    assert loop.hand_back_all() == 1
+    assert store.pending_batches() == 1 and store.running_batches() == 0
+    assert loop.hand_back_all() == 0
+    release.set()
+    worker.join(30)
+    assert store.pending_batches() == 1  # the late release found nothing to hand back
+    batch = store.claim_batch("w2", 60)
+    assert batch is not None and batch.attempts == 1
 
 
 class WithTokenIds(ReferenceEngineer):

@@ -7,6 +7,7 @@ envs get their own tests and a real-model episode in tests/integration.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,14 @@ from harness_r1.contracts import (
     Trajectory,
 )
 from harness_r1.envs.base import EnvError, EnvSuite, StepResult
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, InProcessHooks, NoHooks, RunConfig
+from harness_r1.harness import (
+    EpisodeSpec,
+    HarnessRuntime,
+    InProcessHooks,
+    NoHooks,
+    RunCancelled,
+    RunConfig,
+)
 from harness_r1.harness.policies import ScriptedPolicy
 
 
@@ -542,3 +550,31 @@ def test_shares_of_no_steps_are_zero_and_counts_add_up() -> None:
     total = OriginCounts.total([OriginCounts(model=3, forced=1), OriginCounts(rewritten=2)])
     assert total == OriginCounts(model=3, forced=1, rewritten=2) and total.steps == 6
     assert total.forced_share == pytest.approx(1 / 6) and total.model_share == 0.5
+
+
+def test_a_cancelled_run_stops_at_its_next_decision_round() -> None:
+    """The daemon's stop sets `cancel` from another thread mid-run: the run raises
+    RunCancelled before the next model call instead of playing the rest of its episodes."""
+    cancel = threading.Event()
+
+    def respond(messages: Any) -> str:
+        cancel.set()  # as if SIGTERM arrived during this model call
+        return "ACTION: look"
+
+    policy = ScriptedPolicy(respond)
+    runtime = _runtime(policy, [], lockstep=2)
+    runtime.cancel = cancel
+    done: list[str] = []
+    specs = [EpisodeSpec(task=TASK, seed=i, hooks=NoHooks()) for i in range(4)]
+    with pytest.raises(RunCancelled, match="4 episodes left"):
+        runtime.run(specs, on_done=lambda t: done.append(t.trajectory_id))
+    assert policy.calls == 1 and done == []  # no second round, no half-played episode out
+    # the patch-alone control's runtime stops with it
+    assert runtime.with_policy(ScriptedPolicy(["ACTION: look"])).cancel is cancel
+
+
+def test_an_uncancelled_run_plays_to_the_end() -> None:
+    runtime = _runtime(ScriptedPolicy(["ACTION: open door"]), [], lockstep=2)
+    runtime.cancel = threading.Event()
+    trajectories = runtime.run([EpisodeSpec(task=TASK, seed=i, hooks=NoHooks()) for i in range(3)])
+    assert all(t.outcome.success for t in trajectories)

@@ -108,7 +108,8 @@ def _in_world(
         private, _ = generate_keypair(run_dir / "keys", "demo")
         settings = demo_settings(options, data_root, cache, run_dir, broker.bootstrap, private)
         config_path = write_config(settings, run_dir / "harness-r1.yaml")
-        canary_for: Any = CanaryRunners(settings, lambda: data_root, progress=relay)
+        cancel = threading.Event()  # the daemon's stop ends the canary under way
+        canary_for: Any = CanaryRunners(settings, lambda: data_root, progress=relay, cancel=cancel)
         if parts.canary_for is not None:
             given = parts.canary_for
 
@@ -120,6 +121,7 @@ def _in_world(
             key=f"demo-{uuid.uuid4().hex[:6]}",
             proposer=parts.proposer,
             canary_for=canary_for,
+            cancel=cancel,
         )
         built.health.start()
         built.daemon.start()

@@ -317,15 +317,18 @@ class BatchQueueMixin(StoreCore):
                 )
             self._finish(row, state, detail, now)
 
-    def release_batch(self, batch_id: str, worker: str) -> bool:
-        """Hand a held batch back to pending (graceful shutdown, or a retry after a failed
-        attempt). The attempt still counts. False, and nothing changes, if `worker` no longer
-        holds it: on the way out that is not worth an error."""
+    def release_batch(self, batch_id: str, worker: str, *, count_attempt: bool = True) -> bool:
+        """Hand a held batch back to pending: a retry after a failed attempt (the attempt
+        counts), or a daemon's stop (`count_attempt=False`: stopping is not the batch's fault,
+        so a restart does not use up its attempts). False, and nothing changes, if `worker` no
+        longer holds it: on the way out that is not worth an error."""
         now = _now()
         with self._write() as session:
             row = self._batch_row(session, batch_id, lock=True)
             if not self._holds(row, worker):
                 return False
+            if not count_attempt:
+                row.attempts = max(0, row.attempts - 1)
             row.state = PENDING
             row.worker = None
             row.lease_expires_at = None
