@@ -67,6 +67,17 @@ log = structlog.get_logger(__name__)
 FOLLOWED_STREAM = "control"
 #: Attempts at a record that fails with a database error other than a lost connection.
 MAX_ATTEMPTS = 5
+#: Bounded labels for a command's free-text actor: the daemon's own actors by name, anyone
+#: else (a person, a script) as an operator.
+ACTORS = ("operator", "live_guard", "daemon")
+
+
+def actor_label(actor: str) -> str:
+    if actor.startswith("live_guard"):
+        return "live_guard"
+    return "daemon" if actor == "daemon" else "operator"
+
+
 #: Every `command` and `result` label on_command reports: bounded sets (a metric can start
 #: each series at zero).
 COMMANDS = ("unknown", *(kind.value for kind in ControlKind))
@@ -102,8 +113,13 @@ class ControlFollower:
         max_attempts: int = MAX_ATTEMPTS,
         mark_stream: str = FOLLOWED_STREAM,
         on_skip: Callable[[ControlCommand], str] | None = None,
+        on_followed: Callable[[str, str], None] | None = None,  # (command, actor label)
     ) -> None:
-        """mark_stream names this follower's seq marks in the registry. Daemons that share one
+        """on_followed sees every command accepted (not refused, not failed) with the bounded
+        label of its actor (`actor_label`): the daemon's count of what operators and the live
+        guard did, whoever published it.
+
+        mark_stream names this follower's seq marks in the registry. Daemons that share one
         database and each follow the topic should each pass a name of their own that survives
         a restart (e.g. `control:<group id>`): with one shared mark, the second daemon to read
         a command counts it as a replay (the registry is right either way)."""
@@ -117,6 +133,7 @@ class ControlFollower:
         self._max_attempts = max_attempts
         self.mark_stream = mark_stream
         self._on_skip = on_skip
+        self._on_followed = on_followed
         self._pending: list[Record] = []  # a batch cut short by a database error
         self._attempts = 0  # failed attempts at self._pending[0]
         self.seen = 0
@@ -175,6 +192,8 @@ class ControlFollower:
             **_where(record),
         )
         self._report(command.command.value, result)
+        if self._on_followed is not None:
+            self._on_followed(command.command.value, actor_label(command.actor))
         return result
 
     def apply(self, command: ControlCommand) -> str:

@@ -19,6 +19,7 @@ import logging
 import socket
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,7 +40,7 @@ from prometheus_client import (
 )
 
 from harness_r1.contracts import ActionOrigin
-from harness_r1.daemon.control import COMMANDS, RESULTS
+from harness_r1.daemon.control import ACTORS, COMMANDS, RESULTS
 from harness_r1.daemon.deadletter import REASON_CODES
 from harness_r1.envs import ENV_NAMES
 
@@ -111,6 +112,7 @@ def configure_logging(
     )
     handler = logging.StreamHandler(out)
     handler.set_name(_HANDLER_NAME)
+    handler.addFilter(RepeatFilter())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,
@@ -125,6 +127,48 @@ def configure_logging(
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(level_no, logging.WARNING))
     return handler
+
+
+class RepeatFilter(logging.Filter):
+    """One line per `interval_s` for a library's repeated message, with a count.
+
+    A broker that is down makes kafka-python write the same warning (`No node available for
+    metadata refresh`) ~15 times a second: ~880 lines a minute drown everything else. Records
+    of the loggers under `libraries` are keyed by logger and message template; within
+    `interval_s` of one that passed, the same key is counted and dropped; the next one after
+    the interval passes with `(repeated N times in the last S s)` appended. The daemon's own
+    lines always pass."""
+
+    def __init__(
+        self,
+        interval_s: float = 60.0,
+        libraries: tuple[str, ...] = ("kafka",),
+        clock: Any = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.libraries = libraries
+        self._clock = clock
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not any(
+            record.name == lib or record.name.startswith(lib + ".") for lib in self.libraries
+        ):
+            return True
+        key = (record.name, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            passed_at, dropped = self._seen.get(key, (None, 0))
+            if passed_at is not None and now - passed_at < self.interval_s:
+                self._seen[key] = (passed_at, dropped + 1)
+                return False
+            self._seen[key] = (now, 0)
+        if dropped and passed_at is not None:
+            since = now - passed_at
+            record.msg = f"{record.msg} (repeated {dropped} times in the last {since:.0f} s)"
+        return True
 
 
 def _level_number(level: str) -> int:
@@ -276,6 +320,13 @@ class DaemonMetrics:
             ["op"],
             registry=registry,
         )
+        self.broker_reachable = Gauge(
+            "harness_r1_broker_reachable",
+            "1 while the ingest reader reaches the Kafka broker, 0 for as long as it does not "
+            "(set on every poll; a standby that does not poll keeps 1)",
+            registry=registry,
+        )
+        self.broker_reachable.set(1)
         self.queue_depth = Gauge(
             "harness_r1_queue_depth",
             "Items held in an internal queue now (failures, batches, canary work, ...)",
@@ -286,6 +337,14 @@ class DaemonMetrics:
             "harness_r1_control_commands_seen",
             "Control commands read from the control topic, by command and what the daemon did",
             ["command", "result"],
+            registry=registry,
+        )
+        self.control_commands_followed = Counter(
+            "harness_r1_control_commands_followed",
+            "Signed control commands the daemon accepted from the control topic, by command "
+            "and actor (operator, live_guard, daemon): an operator's rollback counts here "
+            "whichever process published it",
+            ["command", "actor"],
             registry=registry,
         )
         self.guard_watching = Gauge(
@@ -343,6 +402,8 @@ class DaemonMetrics:
         for command in COMMANDS:
             for result in RESULTS:
                 self.control_commands.labels(command=command, result=result)
+            for actor in ACTORS:
+                self.control_commands_followed.labels(command=command, actor=actor)
 
     def observe_canary(self, env: str, delta: float) -> None:
         """One canaried candidate: its delta goes into the histogram and the env's win rate

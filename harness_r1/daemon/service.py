@@ -80,6 +80,7 @@ class IngestSink:
     def committed(self, at: float) -> None: ...
     def queue_depth(self, pending: int, running: int) -> None: ...
     def broker_error(self, op: str) -> None: ...
+    def broker_reachable(self, up: bool) -> None: ...
 
 
 def _resilient_jobstore(url: str) -> Any:
@@ -332,6 +333,7 @@ class Daemon:
                 if self.lease is not None and not self.store.acquire_ingest_lease(self.lease):
                     if not self._standby:
                         log.info("ingest_standby", lock=self.lease.name)
+                        self.sink.broker_reachable(True)  # not polling: nothing to say
                     self._standby = True
                     first = False  # the reader opened at start is stale by takeover time
                     self._stop.wait(self.config.standby_retry_s)
@@ -395,8 +397,12 @@ class Daemon:
             backoff = self.config.backoff_initial_s
             self.sink.polled(report)
             connected = self.ingest.reader.connected
-            if not connected and was_connected:
+            self.sink.broker_reachable(connected)
+            if not connected:
+                # every poll that cannot reach the broker counts, so the error rate (and its
+                # alert) stays up for the whole outage, not only at its start
                 self.sink.broker_error("poll")
+            if not connected and was_connected:
                 log.warning("broker_unreachable", error=self.ingest.reader.last_error)
             elif connected and not was_connected:
                 log.info("broker_reachable")

@@ -101,6 +101,9 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
     def broker_error(self, op: str) -> None:
         self.m.broker_errors.labels(op=op).inc()
 
+    def broker_reachable(self, up: bool) -> None:
+        self.m.broker_reachable.set(1 if up else 0)
+
     def lag(self, lag: dict[str, int]) -> None:
         for key, behind in lag.items():
             topic, _, partition = key.rpartition(":")
@@ -402,6 +405,7 @@ def build_daemon(
         DaemonConfig(
             key=key,
             canary_workers=settings.loop.canary_workers,
+            drain_timeout_s=settings.loop.drain_timeout_s,
             flush_interval_s=scheduler.flush_interval_s,
             guard_interval_s=scheduler.guard_interval_s,
             grpo_cron=scheduler.grpo_cron,
@@ -514,6 +518,9 @@ def _control_follower(
     def report(command: str, result: str) -> None:
         metrics.control_commands.labels(command=command, result=result).inc()
 
+    def followed(command: str, actor: str) -> None:
+        metrics.control_commands_followed.labels(command=command, actor=actor).inc()
+
     group = f"{settings.kafka.group_id}.control"
 
     def save(positions: dict[tuple[str, int], int]) -> None:
@@ -532,6 +539,7 @@ def _control_follower(
             save,
             mark_stream=f"control:{group}",
             on_skip=on_skip,
+            on_followed=followed,
         )
 
     return build

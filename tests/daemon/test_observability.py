@@ -196,3 +196,29 @@ def test_live_guard_metrics_and_a_sandbox_gauge_unknown_until_a_worker_starts() 
     SandboxMetrics(registry)
     isolated = sample("harness_r1_sandbox_isolated")
     assert isolated is not None and math.isnan(isolated)  # no worker yet: not "0, missing"
+
+
+def test_repeated_library_warnings_pass_once_a_minute_with_a_count() -> None:
+    """kafka-python's `No node available` while the broker is away (~15 a second): one line a
+    minute per message, the next one saying how many were dropped; our own lines all pass."""
+    import logging
+
+    from harness_r1.daemon.observability import RepeatFilter
+
+    now = [0.0]
+    repeat = RepeatFilter(interval_s=60, clock=lambda: now[0])
+
+    def record(name: str, msg: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, None, None)
+
+    kafka_lines = []
+    for second in range(0, 150):
+        now[0] = float(second)
+        for _ in range(15):
+            r = record("kafka.cluster", "No node available for metadata refresh")
+            if repeat.filter(r):
+                kafka_lines.append((second, r.getMessage()))
+    assert [s for s, _ in kafka_lines] == [0, 60, 120]
+    assert kafka_lines[1][1].endswith("(repeated 899 times in the last 60 s)")
+    assert all(repeat.filter(record("harness_r1.daemon", "broker_unreachable")) for _ in range(5))
+    assert repeat.filter(record("kafka.conn", "another message"))  # keyed by message

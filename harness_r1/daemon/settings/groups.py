@@ -204,6 +204,14 @@ class LoopOptions(_Group):
     canary_workers: int = Field(
         default=1, ge=1, description="Canary evaluations running at once in this process."
     )
+    drain_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a stop (SIGTERM, Ctrl-C) waits for the daemon's threads: a "
+        "canary under way ends at its next model call and hands its batch back; one still "
+        "running after this is left and the process exits 0 (keep it under the service "
+        "manager's stop timeout: systemd's TimeoutStopSec=45s).",
+    )
     canary_lease_s: float = Field(
         default=LoopConfig.lease_s,
         gt=0,
