@@ -116,7 +116,8 @@ def overlay_list(
     Example: `harness-r1 overlay list --target pool-a --state active`"""
     registry = _registry()
     table = Table("overlay", "target", "env", "state", "sha256", "parent", "updated")
-    for record in registry.list(target=target, state=state):
+    records = registry.list(target=target, state=state)
+    for record in records:
         table.add_row(
             record.overlay_id,
             record.target,
@@ -127,6 +128,9 @@ def overlay_list(
             record.updated_at.isoformat(timespec="seconds"),
         )
     console.print(table)
+    targets = sorted({target} if target else {r.target for r in records})
+    for held in filter(None, (registry.hold(t) for t in targets)):
+        console.print(held.describe(), highlight=False)
 
 
 @overlay_app.command("show")
@@ -141,6 +145,8 @@ def overlay_show(overlay_id: str) -> None:
     record = registry.get(overlay_id)
     chain = [oid for oid, _ in registry.chain(overlay_id)]
     view = render_record(record, registry.events(overlay_id), registry.link(overlay_id), chain)
+    held = registry.hold(record.target)
+    view["pool_hold"] = None if held is None else held.describe()
     typer.echo(json.dumps(view, indent=2))
 
 
@@ -227,6 +233,9 @@ def overlay_release(
     finally:
         producer.close(timeout=10)
     typer.echo(f"released {sent.overlay_id} to {sent.target} seq={sent.seq}")
+    held = _registry().hold(sent.target)
+    if held is not None:
+        typer.echo(f"note: {held.describe()}", err=True)
 
 
 @overlay_app.command("rollback")

@@ -427,11 +427,26 @@ class _Effect:
             pinned = self._known(dest) if dest not in (None, BASE) else self._active()
             if pinned is not None:
                 self._note(pinned.overlay_id)
+            self._hold("pinned", pinned.overlay_id if pinned is not None else BASE)
             return "reconciled" if self.changed else "already_applied"
         active = self._active()
         if active is not None:
             self._note(active.overlay_id)
+        if kind is ControlKind.PAUSE:
+            self._hold("paused", None)
+        elif kind is ControlKind.RESUME:
+            self.registry.clear_hold(self.target)
         return "noted"
+
+    def _hold(self, kind: str, overlay_id: str | None) -> None:
+        self.registry.set_hold(
+            self.target,
+            kind,
+            overlay_id=overlay_id,
+            actor=self.actor,
+            reason=self.reason,
+            seq=self.command.seq,
+        )
 
     def _rollback(self) -> str:
         active = self._active()

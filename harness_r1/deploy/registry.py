@@ -168,6 +168,30 @@ class OverlayEvent:
     evidence: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class PoolHold:
+    """A target's hold as its agents keep it (`deploy/client.py`): `paused` (the current
+    overlay stays, new releases wait) or `pinned` (the pinned overlay, `base` for none, stays),
+    until `overlay resume`. Recorded from the control commands, so `overlay list/show` can say
+    why a release stays parked."""
+
+    target: str
+    kind: str  # paused | pinned
+    overlay_id: str | None  # pinned: the overlay held (base: none)
+    actor: str
+    reason: str
+    seq: int
+    at: datetime
+
+    def describe(self) -> str:
+        what = "paused" if self.kind == "paused" else f"pinned to {self.overlay_id or 'base'}"
+        return (
+            f"pool {self.target} is {what} since {self.at:%Y-%m-%d %H:%M:%S} UTC by "
+            f"{self.actor} (control seq {self.seq}): new releases wait on agents until "
+            "`overlay resume`"
+        )
+
+
 # --- schema ---------------------------------------------------------------------------------
 
 
@@ -260,6 +284,22 @@ class _MarkRow(RegistryBase):
     stream: Mapped[str] = mapped_column(String(100), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class _HoldRow(RegistryBase):
+    """A target's current hold (pause or pin), one row while it lasts: agents keep it in their
+    own state; the registry records it so operators can see it (created by `create_all` in a
+    database made before it)."""
+
+    __tablename__ = "overlay_holds"
+
+    target: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    overlay_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -713,6 +753,40 @@ class OverlayRegistry(SqlDatabase):
             session.add(row)
             session.flush()
             return _to_event(row)
+
+    # -- holds --
+
+    def set_hold(
+        self, target: str, kind: str, *, overlay_id: str | None, actor: str, reason: str, seq: int
+    ) -> None:
+        """Record TARGET as paused or pinned (replacing an earlier hold)."""
+        if kind not in ("paused", "pinned"):
+            raise ValueError(f"a hold is paused or pinned, not {kind!r}")
+        with self._write() as session:
+            row = session.get(_HoldRow, target)
+            if row is None:
+                row = _HoldRow(target=target)
+                session.add(row)
+            row.kind, row.overlay_id, row.actor = kind, overlay_id, actor
+            row.reason, row.seq, row.at = reason, seq, _now()
+
+    def clear_hold(self, target: str) -> bool:
+        """TARGET resumed: True when it had a hold."""
+        with self._write() as session:
+            row = session.get(_HoldRow, target)
+            if row is None:
+                return False
+            session.delete(row)
+            return True
+
+    def hold(self, target: str) -> PoolHold | None:
+        with self._read() as session:
+            row = session.get(_HoldRow, target)
+            if row is None:
+                return None
+            return PoolHold(
+                row.target, row.kind, row.overlay_id, row.actor, row.reason, row.seq, row.at
+            )
 
     # -- sequence numbers --
 

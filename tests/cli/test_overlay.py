@@ -138,3 +138,31 @@ def test_a_link_composed_onto_a_chain_is_shown_link_by_link(
     removed = cli(env, "overlay", "add", str(removal), "--target", "p2", "--parent", link).strip()
     after = json.loads(cli(env, "overlay", "show", removed))
     assert "post_feedback" not in after["composition"]["contributors"]
+
+
+def test_list_show_and_release_say_when_a_pool_is_paused_or_pinned(
+    operator_env: dict[str, str],
+) -> None:
+    """Agents park new releases while their pool is paused or pinned: the registry records
+    the hold from the commands, and `overlay list`, `show` and `release` say so until
+    `resume` (a release made while paused was once shown as `canary` and nothing more)."""
+    env = operator_env
+    a = cli(env, "overlay", "add", str(REFERENCE / "dbbench_lookup.patch"), "--target", "p2")
+    a = a.strip()
+    cli(env, "overlay", "release", a)
+    assert "paused" not in cli(env, "overlay", "list", "--target", "p2")
+    cli(env, "overlay", "pause", "--target", "p2", "--reason", "INC-7")
+    b = cli(env, "overlay", "add", str(REFERENCE / "dbbench_lookup.patch"), "--target", "p2")
+    b = b.strip()
+    result = runner.invoke(app, ["overlay", "release", b, "--fraction", "0.5"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "pool p2 is paused" in result.output and "overlay resume" in result.output
+    listing = cli(env, "overlay", "list", "--target", "p2")
+    assert "pool p2 is paused" in " ".join(listing.split()), listing
+    assert "by alice" in " ".join(listing.split())
+    assert "is paused" in json.loads(cli(env, "overlay", "show", b))["pool_hold"]
+    cli(env, "overlay", "pin", "--target", "p2", "--to", a)
+    assert f"pinned to {a}" in " ".join(cli(env, "overlay", "list", "--target", "p2").split())
+    cli(env, "overlay", "resume", "--target", "p2")
+    assert "pool p2 is" not in cli(env, "overlay", "list", "--target", "p2")
+    assert json.loads(cli(env, "overlay", "show", b))["pool_hold"] is None
