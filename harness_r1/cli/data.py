@@ -41,6 +41,31 @@ def data_status() -> None:
     console.print(status_table(cli_settings().data_root()))
 
 
+@data_app.command("tasks")
+def data_tasks(
+    env: str,
+    split: str,
+    limit: Annotated[int, typer.Option(help="Print at most this many (0: all).")] = 0,
+) -> None:
+    """List the task ids of ENV's SPLIT, one a line with its type: the ids a trajectory's
+    `task.task_id` must name for the canary to replay it (docs/agents.md).
+
+    Example: `harness-r1 data tasks dbbench dev --limit 5`"""
+    from harness_r1.envs import ENV_NAMES, get_suite
+
+    if env not in ENV_NAMES:
+        raise typer.BadParameter(f"env must be one of {', '.join(ENV_NAMES)}", param_hint="ENV")
+    suite = get_suite(env)
+    if split not in suite.splits:
+        raise typer.BadParameter(
+            f"{env}'s splits are {', '.join(suite.splits)}", param_hint="SPLIT"
+        )
+    tasks = suite.load_tasks(cli_settings().data_root(), split)
+    for task in tasks[:limit] if limit > 0 else tasks:
+        typer.echo(f"{task.task_id}\t{task.task_type}")
+    console.print(f"{len(tasks)} tasks in {env}/{split}")
+
+
 @data_app.command("fetch")
 def data_fetch(
     env: str,

@@ -19,7 +19,8 @@ invalid; 3 the broker did not acknowledge a record (the output says how many wer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -49,6 +50,9 @@ class Checked:
     invalid: list[tuple[Line, str]]
     #: (line, first line) for each valid line whose trajectory_id an earlier line has.
     repeats: list[tuple[int, int]]
+    #: (line, why) for each valid failure the daemon stores but cannot replay (its task is not
+    #: in the benchmark data): warned about, sent all the same.
+    unreplayable: list[tuple[int, str]] = field(default_factory=list)
 
 
 def read_lines(path: Path) -> list[Line]:
@@ -63,14 +67,21 @@ def read_lines(path: Path) -> list[Line]:
     return lines
 
 
-def check_lines(lines: list[Line], max_bytes: int) -> Checked:
-    """Validate each line as the daemon's ingest would (same parser, same size limit)."""
+def check_lines(
+    lines: list[Line],
+    max_bytes: int,
+    replay_check: Callable[[str, str, str], str | None] | None = None,
+) -> Checked:
+    """Validate each line as the daemon's ingest would (same parser, same size limit) and,
+    with `replay_check` (`daemon/replayable.py`), note the failures it could not replay."""
+    from harness_r1.consumers.packets import is_failure
     from harness_r1.daemon.ingest import Unreadable, parse_trajectory
 
     valid: list[tuple[Line, str]] = []
     invalid: list[tuple[Line, str]] = []
     first_seen: dict[str, int] = {}
     repeats: list[tuple[int, int]] = []
+    unreplayable: list[tuple[int, str]] = []
     for line in lines:
         try:
             trajectory = parse_trajectory(line.value, max_bytes)
@@ -83,7 +94,12 @@ def check_lines(lines: list[Line], max_bytes: int) -> Checked:
         else:
             first_seen[tid] = line.number
         valid.append((line, tid))
-    return Checked(valid, invalid, repeats)
+        if replay_check is not None and is_failure(trajectory):
+            task = trajectory.task
+            why = replay_check(task.env, task.split, task.task_id)
+            if why is not None:
+                unreplayable.append((line.number, why))
+    return Checked(valid, invalid, repeats, unreplayable)
 
 
 def publish_command(
@@ -112,11 +128,19 @@ def publish_command(
 
     Example: `harness-r1 publish runs/x.jsonl --dry-run`"""
     from harness_r1.cli.settings import cli_settings
+    from harness_r1.daemon.replayable import ReplayableTasks
 
     settings = cli_settings(config)
-    checked = check_lines(read_lines(file), settings.kafka.max_record_bytes)
+    replay = ReplayableTasks(settings.data_root)
+    checked = check_lines(read_lines(file), settings.kafka.max_record_bytes, replay.why_not)
     for line, reason in checked.invalid:
         typer.echo(f"{file}:{line.number}: {reason}", err=True)
+    for number, why in checked.unreplayable:
+        typer.echo(
+            f"{file}:{number}: warning: {why}: the daemon stores this failure but cannot "
+            "replay it, so it never enters a batch (counted as unreplayable)",
+            err=True,
+        )
     for number, first in checked.repeats:
         typer.echo(
             f"{file}:{number}: same trajectory_id as line {first} (the daemon stores it once)",

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 
 from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, Record
+from harness_r1.consumers.packets import is_failure
 from harness_r1.contracts import Trajectory
 from harness_r1.contracts.base import UnsupportedSchemaVersion
 from harness_r1.daemon.deadletter import (
@@ -204,10 +205,14 @@ class TrajectoryIngest:
         dead_letter_send: DeadLetterSend,
         owns: Callable[[str, int], bool] | None = None,
         lease: IngestLease | None = None,
+        replay_check: Callable[[str, str, str], str | None] | None = None,
     ) -> None:
         """lease: the group's ingest lease, checked in every store transaction (None: no
-        other daemon can ingest as this group, as in tests and benchmarks)."""
+        other daemon can ingest as this group, as in tests and benchmarks). replay_check:
+        (env, split, task_id) -> why the canary cannot replay a failure of that task, or None
+        (`daemon/replayable.py`); such failures are stored but kept out of batches."""
         self.config = config
+        self.replay_check = replay_check
         self.store = store
         self.lease = lease
         self.outbox = DeadLetterOutbox(
@@ -259,6 +264,7 @@ class TrajectoryIngest:
                     topic=record.topic,
                     partition=record.partition,
                     offset=record.offset,
+                    replayable=self._replayable(trajectory, record),
                 )
             )
         result, refused = self._store(items, letters, records)
@@ -311,6 +317,23 @@ class TrajectoryIngest:
             detail,
             max_value_bytes=self.config.max_dead_letter_bytes,
         )
+
+    def _replayable(self, trajectory: Trajectory, record: Record) -> bool:
+        if self.replay_check is None or not is_failure(trajectory):
+            return True
+        task = trajectory.task
+        why = self.replay_check(task.env, task.split, task.task_id)
+        if why is None:
+            return True
+        log.warning(
+            "failure_unreplayable",
+            trajectory_id=trajectory.trajectory_id,
+            reason=why,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+        )
+        return False
 
     def _store(
         self,

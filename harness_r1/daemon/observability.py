@@ -320,6 +320,13 @@ class DaemonMetrics:
             ["op"],
             registry=registry,
         )
+        self.unreplayable = Counter(
+            "harness_r1_unreplayable_failures",
+            "Failed trajectories stored but kept out of batches: their task is not in the "
+            "daemon's benchmark data, so the canary cannot replay them, by env",
+            ["env"],
+            registry=registry,
+        )
         self.broker_reachable = Gauge(
             "harness_r1_broker_reachable",
             "1 while the ingest reader reaches the Kafka broker, 0 for as long as it does not "
@@ -380,6 +387,7 @@ class DaemonMetrics:
             self.canary_delta.labels(env=env)
             # Not 0 before the first candidate: no win rate yet is not a win rate of 0 (an
             # alert on a low win rate must not fire on a daemon that just started).
+            self.unreplayable.labels(env=env)
             self.patch_win_rate.labels(env=env).set(float("nan"))
             self.forced_action_share.labels(env=env).set(float("nan"))
             self.candidate_forced_share.labels(env=env)

@@ -36,6 +36,7 @@ from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.observability import DaemonMetrics, HealthServer, env_label
+from harness_r1.daemon.replayable import ReplayableTasks
 from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
@@ -91,6 +92,8 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
             self.m.trajectories_consumed.labels(env=label, outcome=outcome).inc(count)
             if outcome == "failure":
                 self.m.failures_buffered.labels(env=label).inc(count)
+        for env, count in report.result.unreplayable.items():
+            self.m.unreplayable.labels(env=env_label(env)).inc(count)
         self.m.queue_depth.labels(queue="dead_letters").set(report.dead_letters_pending)
         if report.dead_letter_error is not None:
             self.m.broker_errors.labels(op="dead_letter").inc()
@@ -397,10 +400,13 @@ def build_daemon(
         max_record_bytes=settings.kafka.max_record_bytes,
     )
     scheduler = settings.scheduler
+    replay = ReplayableTasks(_lazy_data_root(settings))
     versions = _engineer_versions(settings, loop) if proposer is None else None
     daemon = Daemon(
         store,
-        lambda lease: TrajectoryIngest(kafka, ingest_config, store, dead_letter, lease=lease),
+        lambda lease: TrajectoryIngest(
+            kafka, ingest_config, store, dead_letter, lease=lease, replay_check=replay.why_not
+        ),
         loop,
         DaemonConfig(
             key=key,

@@ -48,7 +48,14 @@ def failed_sql(task_id: str, i: int) -> Trajectory:
         agent_id=f"agent-{i}",
         target=TargetRef(model_id="SmolLM2-135M-Instruct-agent", version="1"),
         harness_version="base",
-        task=TaskRef(env="dbbench", split="dev", task_id=task_id, seed=i),
+        task=TaskRef(
+            env="dbbench",
+            split="dev",
+            task_id=task_id,
+            task_type="other",
+            instruction="How many students are there?",
+            seed=i,
+        ),
         steps=[step],
         outcome=Outcome(success=False, reward=0.0, termination=Termination.FAILURE, steps=1),
         timings=Timings(started_at=now, finished_at=now),
@@ -93,7 +100,7 @@ def test_sigterm_during_a_canary_exits_0_and_hands_the_batch_back(
 ) -> None:
     run = uuid.uuid4().hex[:8]
     topic = f"stop-{run}"
-    ensure_topics(KafkaSettings(bootstrap=kafka_broker.bootstrap), [topic], partitions=1)
+    ensure_topics(KafkaSettings(bootstrap=kafka_broker.bootstrap), [topic], partitions=2)
     config = write_config(tmp_path, kafka_broker.bootstrap, topic, run)
     log = tmp_path / "daemon.log"
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")

@@ -75,9 +75,10 @@ class IngestMixin(StoreCore):
             if lease is not None:
                 self._renew_lease(session, lease, now, must_hold=True)
             inserted = self._insert_trajectories(session, list(unique.values()), now)
-            failed = [
+            new_failures = [
                 item for item in unique.values() if item.failed and item.trajectory_id in inserted
             ]
+            failed = [item for item in new_failures if item.replayable]
             if failed:
                 session.connection().execute(
                     self._insert(StoreBase.metadata.tables[_BufferRow.__tablename__]),
@@ -103,12 +104,17 @@ class IngestMixin(StoreCore):
                 for origin, count in item.origins.items():
                     if count:
                         steps[(item.env, origin)] = steps.get((item.env, origin), 0) + count
+        unreplayable: dict[str, int] = {}
+        for item in new_failures:
+            if not item.replayable:
+                unreplayable[item.env] = unreplayable.get(item.env, 0) + 1
         return IngestResult(
             new=len(inserted),
             duplicates=len(items) - len(inserted),
             failures=len(failed),
             by_env=by_env,
             steps_by_origin=steps,
+            unreplayable=unreplayable,
         )
 
     def _insert_trajectories(

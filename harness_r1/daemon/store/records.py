@@ -89,6 +89,9 @@ class IngestItem:
     offset: int
     #: The trajectory's steps by who decided the action (OriginCounts, as a dict): metrics only.
     origins: Mapping[str, int] = field(default_factory=dict)
+    #: A failure the canary cannot replay (its task is not in the daemon's data): stored, and
+    #: counted, but kept out of the failure buffers (daemon/replayable.py).
+    replayable: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,14 +106,20 @@ class IngestResult:
     by_env: Mapping[tuple[str, str], int] = field(default_factory=dict)
     #: The new rows' steps by (env, origin): who decided their actions (contracts.attribution).
     steps_by_origin: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: New failures stored but kept out of the buffers (not replayable), by env.
+    unreplayable: Mapping[str, int] = field(default_factory=dict)
 
     def plus(self, other: IngestResult) -> IngestResult:
+        unreplayable = dict(self.unreplayable)
+        for env, count in other.unreplayable.items():
+            unreplayable[env] = unreplayable.get(env, 0) + count
         return IngestResult(
             self.new + other.new,
             self.duplicates + other.duplicates,
             self.failures + other.failures,
             _summed(self.by_env, other.by_env),
             _summed(self.steps_by_origin, other.steps_by_origin),
+            unreplayable,
         )
 
 
@@ -185,7 +194,13 @@ def target_string(trajectory: Trajectory) -> str:
 
 
 def ingest_item(
-    trajectory: Trajectory, payload: bytes, *, topic: str, partition: int, offset: int
+    trajectory: Trajectory,
+    payload: bytes,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    replayable: bool = True,
 ) -> IngestItem:
     """An `IngestItem` from a parsed trajectory and the bytes it was parsed from."""
     return IngestItem(
@@ -204,4 +219,5 @@ def ingest_item(
         partition=partition,
         offset=offset,
         origins=trajectory.origins.model_dump(),
+        replayable=replayable,
     )

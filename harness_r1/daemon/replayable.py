@@ -1,0 +1,81 @@
+"""Which failed trajectories the canary can replay: those whose (env, split, task_id) is in the
+daemon's benchmark data. A record naming a task the data lacks (`task-7` where ids look like
+`dev-013`) is valid, and stored, but a batch of it could only fail (`LookupError` three times,
+then `failed`): such failures are counted as unreplayable and kept out of batches.
+
+When the data is not there at all (a daemon that only ingests) nothing can be told and every
+failure is let through, as before: the batch fails later with the data root's own message."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from harness_r1.envs import ENV_NAMES, get_suite
+
+log = structlog.get_logger(__name__)
+
+
+class ReplayableTasks:
+    """Task ids per (env, split), read once from the data root (thread-safe)."""
+
+    def __init__(self, data_root: Path | Callable[[], Path]) -> None:
+        self._root = data_root
+        self._ids: dict[tuple[str, str], frozenset[str] | str] = {}  # ids, or why none
+        self._lock = threading.Lock()
+        self._no_data: str | None = None
+
+    def why_not(self, env: str, split: str, task_id: str) -> str | None:
+        """None when the canary can replay the task (or there is no data to tell); else why
+        not, with the ids the split does hold."""
+        if env not in ENV_NAMES:
+            return f"env {env!r} is not one this daemon replays ({', '.join(ENV_NAMES)})"
+        ids = self._split_ids(env, split)
+        if ids is None:
+            return None
+        if isinstance(ids, str):
+            return ids
+        if task_id in ids:
+            return None
+        example = ", ".join(sorted(ids)[:2])
+        return (
+            f"task {task_id!r} is not in {env}/{split} (its ids look like {example}; "
+            f"`harness-r1 data tasks {env} {split}` lists them)"
+        )
+
+    def _split_ids(self, env: str, split: str) -> frozenset[str] | str | None:
+        with self._lock:
+            if self._no_data is not None:
+                return None
+            key = (env, split)
+            if key not in self._ids:
+                root = self._data_root()
+                if root is None:
+                    return None
+                suite = get_suite(env)
+                if split not in suite.splits:
+                    self._ids[key] = (
+                        f"split {split!r} is not one of {env}'s ({', '.join(suite.splits)})"
+                    )
+                else:
+                    try:
+                        tasks = suite.load_tasks(root, split)
+                    except (OSError, ValueError) as err:
+                        self._ids[key] = f"{env}/{split} cannot be read from {root}: {err}"
+                    else:
+                        self._ids[key] = frozenset(t.task_id for t in tasks)
+            return self._ids[key]
+
+    def _data_root(self) -> Path | None:
+        if not callable(self._root):
+            return self._root
+        try:
+            self._root = self._root()
+        except (SystemExit, RuntimeError, OSError) as err:
+            self._no_data = str(err)
+            log.warning("replay_check_off", reason=f"no benchmark data: {err}"[:300])
+            return None
+        return self._root
