@@ -17,6 +17,11 @@ bash benchmarks/reference_deltas.sh 2>&1 | tee runs/bench-reference.log
 $PY benchmarks/reference_rows.py runs/ref-alfworld.json runs/ref-dbbench.json runs/ref-webshop.json | tee runs/bench-reference-rows.md
 bash benchmarks/attribution.sh 2>&1 | tee runs/bench-attribution.log
 $PY benchmarks/reference_rows.py runs/who-*.json | tee runs/bench-attribution-rows.md
+# the deployed agent (issue 48): vanilla success on the held-out splits beside the base model,
+# decisions/s side by side, and every advisory template alone on its WebShop failures
+bash benchmarks/deployed_agent.sh 2>&1 | tee runs/bench-deployed-agent.log
+$PY benchmarks/deployed_speed.py 2>&1 | tee runs/bench-deployed-speed.log
+$PY benchmarks/advisory_sweep.py --env webshop --out runs/advisory-sweep-webshop 2>&1 | tee runs/bench-advisory-sweep.log
 $PY benchmarks/deploy_latency.py --clients 20 --releases 50 2>&1 | tee runs/bench-deploy.log
 $PY benchmarks/ingest_throughput.py 2>&1 | tee runs/bench-ingest.log
 bash benchmarks/engineer_cpu_run.sh 2>&1 | tee runs/bench-engineer.log
