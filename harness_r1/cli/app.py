@@ -5,8 +5,9 @@ Start with `harness-r1 demo` (all embedded), then `config show` and `run` on you
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -25,7 +26,7 @@ from harness_r1.cli.overlay import keys_app, overlay_app
 from harness_r1.cli.publish import publish_command
 from harness_r1.cli.run import demo, run_daemon
 from harness_r1.cli.settings import use_root_config
-from harness_r1.cli.topics import topics_app
+from harness_r1.cli.topics import broker_command, topics_app
 from harness_r1.cli.train import train_app
 
 #: The help panels, in the order an operator meets the commands.
@@ -66,6 +67,7 @@ app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
 app.add_typer(deadletter_app, name="deadletter", rich_help_panel=RUN)
 app.command("publish", rich_help_panel=RUN)(publish_command)
 app.add_typer(topics_app, name="topics", rich_help_panel=RUN)
+app.command("broker", rich_help_panel=RUN)(broker_command)
 
 app.add_typer(overlay_app, name="overlay", rich_help_panel=OVERLAYS)
 app.add_typer(keys_app, name="keys", rich_help_panel=OVERLAYS)
@@ -99,8 +101,49 @@ def root(
     use_root_config(config)
 
 
+def hoist_config(argv: list[str]) -> list[str]:
+    """`--config FILE` given after a command that has no `--config` of its own (`overlay list
+    --config daemon.yaml`) is taken as the root option, as if written before the command
+    (`harness-r1 --config daemon.yaml overlay list`): operators write it either way. Commands
+    with their own `--config` (`run`, `publish`) keep it."""
+    command: Any = typer.main.get_command(app)  # typer's vendored click: duck-typed here
+    index = 0
+    while index < len(argv) and hasattr(command, "commands"):
+        token = argv[index]
+        if token == "--config":
+            index += 2
+            continue
+        if token.startswith("-"):
+            index += 1
+            continue
+        if token in getattr(command, "commands", {}):
+            command = command.commands[token]
+            index += 1
+            continue
+        break
+    if hasattr(command, "commands") or any(
+        "--config" in getattr(p, "opts", ()) for p in command.params
+    ):
+        return argv
+    head, moved, rest = argv[:index], [], []
+    tail = argv[index:]
+    skip = False
+    for position, token in enumerate(tail):
+        if skip:
+            skip = False
+            continue
+        if token == "--config" and position + 1 < len(tail):
+            moved += [token, tail[position + 1]]
+            skip = True
+        elif token.startswith("--config="):
+            moved += ["--config", token.split("=", 1)[1]]
+        else:
+            rest.append(token)
+    return moved + head + rest
+
+
 def main() -> None:
-    app()
+    app(args=hoist_config(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@ Registered on the root command by `cli.app`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal, NoReturn
 
@@ -158,10 +160,12 @@ def run_daemon(
     from harness_r1.daemon.wiring import build_daemon
 
     settings = cli_settings(config)
+    if settings.metrics.log_format == "json":
+        quiet_library_output()
     configure_logging(settings.metrics.log_format, settings.metrics.log_level)
     built = build_daemon(settings)
     built.health.start()
-    console.print(f"metrics and health on http://{settings.metrics.host}:{built.health.port}")
+    _announce(f"http://{settings.metrics.host}:{built.health.port}", settings.metrics.log_format)
     try:
         built.daemon.run_forever()
     finally:
@@ -172,6 +176,35 @@ def run_daemon(
         # batch is handed back already; interpreter finalization would wait on it or abort
         # inside it (SIGABRT, "terminate called without an active exception")
         _exit_without_finalization(0)
+
+
+def _announce(url: str, log_format: str) -> None:
+    """Where the daemon listens, on stdout whatever the log level (scripts and supervisors wait
+    for it): a JSON line under the JSON log format, so every line of its output is JSON."""
+    if log_format == "json":
+        line = {
+            "event": "daemon_listening",
+            "url": url,
+            "metrics": f"{url}/metrics",
+            "ready": f"{url}/readyz",
+            "level": "info",
+            "logger": "harness_r1.cli",
+            "timestamp": datetime.now(UTC).isoformat(),
+        }
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+    else:
+        console.print(f"daemon_listening: metrics and health on {url}")
+
+
+def quiet_library_output() -> None:
+    """Keep the libraries' own output out of a JSON log: Hugging Face's progress bars
+    (`Loading weights`) and transformers' advisory warnings write plain lines to stderr
+    through handlers of their own. Read when they are imported (lazily, after this)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 def _exit_without_finalization(code: int) -> NoReturn:

@@ -136,3 +136,37 @@ def _plan(spec: TopicSpec) -> dict[str, object]:
         "configs": dict(spec.configs),
         "why": spec.why,
     }
+
+
+def broker_command(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 9092,
+    storage: Annotated[
+        str,
+        typer.Option(
+            help="tansu's storage engine URL: memory:// loses everything at exit; "
+            "e.g. s3://bucket/ with the AWS_* variables, or postgres://... for a durable one."
+        ),
+    ] = "memory://tansu/",
+) -> None:
+    """A local Kafka-protocol broker for a trial (tansu, shipped with the package): runs in the
+    foreground until Ctrl-C. Point `kafka_bootstrap` at 127.0.0.1:PORT, then `topics create`
+    (one broker: `--replication-factor 1`).
+
+    Example: `harness-r1 broker --port 9092`"""
+    import signal
+    import threading
+
+    from harness_r1.consumers.broker import EmbeddedBroker
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with EmbeddedBroker(port=port, storage_engine=storage) as broker:
+        typer.echo(f"broker on {broker.bootstrap} ({storage}); Ctrl-C stops it")
+        try:
+            while not stop.wait(1.0) and broker.running:
+                pass
+        except KeyboardInterrupt:
+            pass
+        if not broker.running:
+            typer.echo(f"the broker exited:\n{broker.log_tail()}", err=True)
+            raise typer.Exit(1)

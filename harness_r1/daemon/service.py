@@ -307,7 +307,7 @@ class Daemon:
             return False, "; ".join([f"state store failing ({self._store_error})", *stuck])
         if stuck:
             return False, "; ".join(stuck)
-        return True, "ok"
+        return True, "ready"
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -166,3 +166,27 @@ def test_list_show_and_release_say_when_a_pool_is_paused_or_pinned(
     cli(env, "overlay", "resume", "--target", "p2")
     assert "pool p2 is" not in cli(env, "overlay", "list", "--target", "p2")
     assert json.loads(cli(env, "overlay", "show", b))["pool_hold"] is None
+
+
+def test_config_after_the_command_is_the_root_option(tmp_path: Path) -> None:
+    """`harness-r1 overlay list --config daemon.yaml` (the runbook's commands, written the way
+    operators type them) reads that file, as `harness-r1 --config daemon.yaml overlay list`
+    does; it was refused with "No such option: --config"."""
+    import subprocess
+    import sys
+
+    from harness_r1.cli.app import hoist_config
+
+    config = tmp_path / "daemon.yaml"
+    config.write_text(f"state_url: sqlite:///{tmp_path / 'state.db'}\n")
+    script = Path(sys.executable).parent / "harness-r1"
+    done = subprocess.run(
+        [str(script), "overlay", "list", "--config", str(config), "--target", "p9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "state.db").exists()  # the file's store, not the default one
+    # commands with a --config of their own keep it
+    assert hoist_config(["publish", "f.jsonl", "--config", "c.yaml"])[0] == "publish"

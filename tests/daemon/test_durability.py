@@ -218,7 +218,7 @@ class DaemonProcess:
                 )
             with self.log.open("rb") as f:
                 f.seek(self._offset)
-                return b"metrics and health on" in f.read()
+                return b"daemon_listening" in f.read()
 
         wait_for(started, timeout_s, "the daemon to start")
 
@@ -381,7 +381,7 @@ def test_broker_restart_on_durable_storage_neither_crashes_nor_reingests(
         try:
             ends_first = produce(broker.bootstrap, topic, first)
             wait_for(lambda: store.trajectory_count() == N // 2, 60, "the first half stored")
-            assert daemon.ready() == (True, "ok")
+            assert daemon.ready() == (True, "ready")
 
             broker.stop()
             stopped_at = time.monotonic()

@@ -172,7 +172,7 @@ def write_config(tmp_path: Path, bootstrap: str, run: str) -> Path:
 
 
 def metrics_port(process: DaemonProcess) -> int:
-    match = re.search(rb"metrics and health on http://[^:]+:(\d+)", process.log.read_bytes())
+    match = re.search(rb'"url": "http://[^:]+:(\d+)"', process.log.read_bytes())
     assert match, process.tail()
     return int(match.group(1))
 
@@ -311,9 +311,11 @@ def test_foreign_producer_every_codec_and_every_malformed_kind(
         assert sample(text, "harness_r1_trajectories_duplicate_total") == DUPLICATES
         assert sample(text, "process_cpu_seconds_total") is not None
         ready = httpx.get(f"{url}/readyz", timeout=5)
-        assert ready.status_code == 200, ready.text
+        assert (ready.status_code, ready.text) == (200, "ready\n"), ready.text
 
-        lines = [json.loads(x) for x in process.log.read_text().splitlines() if x[:1] == "{"]
+        raw = [x for x in process.log.read_text().splitlines() if x.strip()]
+        assert [x for x in raw if x[:1] != "{"] == [], "every line of the JSON log is JSON"
+        lines = [json.loads(x) for x in raw]
         chatter = [x for x in lines if str(x.get("logger", "")).startswith("kafka")]
         assert all(x["level"] != "info" for x in chatter), "kafka-python INFO lines are quiet"
     finally:

@@ -83,15 +83,15 @@ def test_one_daemon_ingests_the_other_stands_by_then_takes_over(
     wait_for(lambda: store.trajectory_count() == 60, 30, "ingest by one of the two")
     wait_for(lambda: store.count_pending_dead_letters() == 0, 30, "dead letters out")
     states = sorted(b.daemon.ready()[1].split(":")[0] for b in pair)
-    assert states == ["ok", "standby"], states
+    assert states == ["ready", "standby"], states
     assert dead_letter_count(settings) == 5  # not once per daemon
 
-    active = first if first.daemon.ready()[1] == "ok" else second
+    active = first if first.daemon.ready()[1] == "ready" else second
     standby = second if active is first else first
     active.daemon.stop()
     produce(settings, 1_000, valid=30, malformed=2)
     wait_for(lambda: store.trajectory_count() == 90, 30, "the standby to take over")
-    assert standby.daemon.ready() == (True, "ok")
+    assert standby.daemon.ready() == (True, "ready")
     wait_for(lambda: store.count_pending_dead_letters() == 0, 30, "dead letters out")
     assert dead_letter_count(settings) == 7
 
@@ -121,7 +121,7 @@ def test_a_killed_daemon_is_replaced_and_nothing_is_lost_or_doubled(
         wait_for(lambda: store.trajectory_count() >= 50, 60, "ingest under way")
 
         def ready_text(proc: DaemonProcess) -> str:
-            port = int(re.findall(rb"health on http://[^:]+:(\d+)", proc.log.read_bytes())[0])
+            port = int(re.findall(rb'"url": "http://[^:]+:(\d+)"', proc.log.read_bytes())[0])
             return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).text
 
         active = next(p for p in procs if not ready_text(p).startswith("standby"))
@@ -131,7 +131,7 @@ def test_a_killed_daemon_is_replaced_and_nothing_is_lost_or_doubled(
         produce(settings, 10_000, valid=100, malformed=3)
         wait_for(lambda: store.trajectory_count() == 300, 90, "the standby to take over")
         wait_for(lambda: store.count_pending_dead_letters() == 0, 30, "dead letters out")
-        assert ready_text(standby).startswith("ok")
+        assert ready_text(standby).startswith("ready")
         ids = dead_letter_ids(settings)
         assert len(set(ids)) == 8  # every malformed record dead-lettered
         # ... once, but for the one window the outbox documents: SIGKILL between the broker's
