@@ -1,4 +1,5 @@
-"""`harness-r1 ingest skip`: move the daemon's ingest past records it cannot get past.
+"""`harness-r1 ingest skip|reset`: move the daemon's ingest past records it cannot get past, or
+set it back where the broker reset a partition's log under it.
 
 Every record the daemon can read ends in the store or on the dead-letter topic, so nothing a
 producer sends can hold a partition. What can is below the records: a batch the Kafka client
@@ -41,10 +42,7 @@ def ingest_skip(
     Example: `harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"`
     """
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.consumers.kafka import ensure_topics, make_producer, partition_end, publish
-    from harness_r1.deploy.publisher import Publisher, PublisherConfig
-    from harness_r1.deploy.registry import OverlayRegistry
-    from harness_r1.deploy.signing import Signer
+    from harness_r1.consumers.kafka import partition_end
 
     settings = cli_settings(config)
     kafka = settings.kafka_client("harness-r1-cli")
@@ -60,6 +58,62 @@ def ingest_skip(
             "daemon re-read the partition from its start",
             param_hint="--offset",
         )
+    command = _publish(settings, "skip", topic, partition, offset, actor, reason)
+    typer.echo(
+        f"published skip_offset seq {command.seq} for {command.target}: "
+        f"{command.topic}:{command.partition} from offset {command.offset}"
+    )
+
+
+@ingest_app.command("reset")
+def ingest_reset(
+    partition: Annotated[int, typer.Option(min=0, help="Partition of the trajectory topic.")],
+    to: Annotated[str, typer.Option(help="earliest (the log's start) or latest (its end).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded with the command).")],
+    actor: Annotated[str | None, typer.Option(help="Who acts (default: $USER).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", exists=True, help="Daemon settings (YAML).")
+    ] = None,
+) -> None:
+    """Order the daemons of this consumer group to read PARTITION again from its log's start
+    (earliest: every record the log holds, copies already stored dropped) or from its end
+    (latest: what the log holds now is given up): the answer to a partition the daemon holds
+    because the broker reset its log (a recreated topic, a restored broker; /readyz names it).
+
+    Example: `harness-r1 ingest reset --partition 0 --to earliest --reason "topic recreated"`
+    """
+    from harness_r1.cli.settings import cli_settings
+    from harness_r1.consumers.kafka import partition_end, partition_start
+
+    if to not in ("earliest", "latest"):
+        raise typer.BadParameter("earliest or latest", param_hint="--to")
+    settings = cli_settings(config)
+    kafka = settings.kafka_client("harness-r1-cli")
+    topic = settings.trajectory_topic
+    find = partition_start if to == "earliest" else partition_end
+    offset = find(kafka, topic, partition)
+    if offset is None:
+        raise typer.BadParameter(
+            f"{topic}:{partition}: the broker did not answer (or has no such partition)",
+            param_hint="--partition",
+        )
+    command = _publish(settings, "reset", topic, partition, offset, actor, reason)
+    typer.echo(
+        f"published reset_offset seq {command.seq} for {command.target}: "
+        f"{command.topic}:{command.partition} from offset {command.offset} ({to})"
+    )
+
+
+def _publish(  # type: ignore[no-untyped-def]
+    settings, kind: str, topic: str, partition: int, offset: int, actor: str | None, reason: str
+):
+    """A signed skip_offset or reset_offset for this daemon's consumer group."""
+    from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
+    from harness_r1.deploy.publisher import Publisher, PublisherConfig
+    from harness_r1.deploy.registry import OverlayRegistry
+    from harness_r1.deploy.signing import Signer
+
+    kafka = settings.kafka_client("harness-r1-cli")
     ensure_topics(kafka, [settings.control_topic])
     producer = make_producer(kafka)
 
@@ -72,8 +126,9 @@ def ingest_skip(
         send,
         PublisherConfig(release_topic=settings.release_topic, control_topic=settings.control_topic),
     )
+    method = publisher.skip_offset if kind == "skip" else publisher.reset_offset
     try:
-        command = publisher.skip_offset(
+        return method(
             settings.kafka.group_id,
             topic,
             partition,
@@ -83,7 +138,3 @@ def ingest_skip(
         )
     finally:
         producer.close(timeout=5)
-    typer.echo(
-        f"published skip_offset seq {command.seq} for {command.target}: "
-        f"{command.topic}:{command.partition} from offset {command.offset}"
-    )

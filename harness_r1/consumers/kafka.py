@@ -34,7 +34,12 @@ from types import TracebackType
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from kafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from harness_r1.consumers.security import (
@@ -461,17 +466,22 @@ class BroadcastReader:
         commit_group: str | None = None,
         owns: Callable[[str, int], bool] | None = None,
         max_poll_records: int = 500,
+        hold_when_reset: bool = False,
     ) -> None:
         """commit_group: the group id `commit()` stores offsets under (no group membership:
         partitions are still assigned, so there is no join and no rebalance). owns: which
         partitions this reader takes (default all): how several daemon workers split a topic
-        without a consumer group, e.g. `lambda topic, p: p % workers == index`."""
+        without a consumer group, e.g. `lambda topic, p: p % workers == index`.
+        hold_when_reset: a position the partition's log no longer holds (past its end: the
+        topic was recreated or the broker lost its data; before its start: retention) holds
+        the partition (`held`) instead of reading it again from its start (the default)."""
         if metadata_interval_s <= 0:
             raise ValueError(f"metadata_interval_s must be > 0 seconds, got {metadata_interval_s}")
         self._settings = settings
         self._commit_group = commit_group
         self._owns = owns or (lambda topic, partition: True)
         self._max_poll_records = max_poll_records
+        self._hold_when_reset = hold_when_reset
         self._topics = tuple(_check_topic_names(topics))
         self._next = parse_positions(positions or {}, self._topics)
         self._interval_s = metadata_interval_s
@@ -481,6 +491,12 @@ class BroadcastReader:
         self._last_error: str | None = None
         self._connected = False
         self._closed = False
+        # Topics missing from the broker whose partitions this reader had positions for, and
+        # partitions held back (not fetched) with the reason: see `held`.
+        self._lost: set[str] = set()
+        self._held: dict[TopicPartition, str] = {}
+        self._topic_ids: dict[str, Any] = {}
+        self.missing_topics: tuple[str, ...] = ()
         self.refresh()
 
     @property
@@ -522,11 +538,13 @@ class BroadcastReader:
                     group_id=self._commit_group,
                     enable_auto_commit=False,
                     max_poll_records=self._max_poll_records,
-                    auto_offset_reset="earliest",
+                    # "none": an out-of-range position raises in poll, which holds it
+                    auto_offset_reset="none" if self._hold_when_reset else "earliest",
                     allow_auto_create_topics=False,
                     fetch_max_wait_ms=self._settings.fetch_max_wait_ms,
                 )
             present = self._consumer.topics()  # a metadata request, bounded by the request timeout
+            self._note_missing(present)
             current = {
                 TopicPartition(topic, part)
                 for topic in self._topics
@@ -542,6 +560,59 @@ class BroadcastReader:
         self._ok()
         return True
 
+    def _note_missing(self, present: Any) -> None:
+        """A topic gone from the broker after this reader had positions in it, or back under
+        another topic id: its log is a new one (recreated, restored, auto-created by a broker
+        that lost it) and the positions mean nothing in it."""
+        self.missing_topics = tuple(t for t in self._topics if t not in present)
+        had = {tp.topic for tp in self._next} | {tp.topic for tp in self._assigned}
+        self._lost.update(t for t in self.missing_topics if t in had)
+        for topic in self._topics:
+            topic_id = self._topic_id(topic)
+            if topic_id is None:
+                continue
+            known = self._topic_ids.setdefault(topic, topic_id)
+            if known != topic_id:
+                self._topic_ids[topic] = topic_id
+                reason = f"the topic was recreated (topic id {known} is now {topic_id})"
+                for tp in sorted(self._assigned):
+                    if tp.topic == topic and self._next.get(tp, 0) > 0:
+                        self._reset_partition(tp, reason)
+
+    def _topic_id(self, topic: str) -> Any:
+        """The broker's id of the topic (Metadata v10+), None when unknown. kafka-python keeps
+        it in its cluster metadata, which it exposes only through the client."""
+        cluster = getattr(getattr(self._consumer, "_client", None), "cluster", None)
+        lookup = getattr(cluster, "topic_id", None)
+        return lookup(topic) if callable(lookup) else None
+
+    def _reset_partition(self, tp: TopicPartition, reason: str) -> None:
+        """The broker reset tp's log: hold it, or read the new log from its start."""
+        if self._hold_when_reset:
+            self.hold(tp.topic, tp.partition, reason)
+        else:
+            self._next.pop(tp, None)
+            if self._consumer is not None:
+                self._consumer.seek_to_beginning(tp)
+
+    def hold_positions_past(self, ends: Mapping[str, int]) -> None:
+        """Hold (or restart, see `_reset_partition`) every partition whose position is past
+        the end of its log, judged only where a fetch answered (tansu's ListOffsets alone
+        under-reports the end, see `end_offsets`): the broker reset the log under us, and a
+        reader left there would skip every record below the old position."""
+        fetched = self.fetched_ends()
+        for tp in sorted(self._assigned):
+            key = position_key(tp.topic, tp.partition)
+            position = self._next.get(tp)
+            if position is None or key not in fetched or key not in ends:
+                continue
+            if position > ends[key]:
+                self._reset_partition(
+                    tp,
+                    f"the stored position {position} is past the log's end {ends[key]}: the "
+                    "broker reset it (topic recreated, data lost or restored)",
+                )
+
     def _reassign(self, current: frozenset[TopicPartition]) -> None:
         # kafka-python keeps the fetch position of partitions that stay assigned; only the new
         # ones need a starting point.
@@ -552,10 +623,40 @@ class BroadcastReader:
             self._consumer.unsubscribe()
         self._assigned = current
         for tp in sorted(added):
+            if tp.topic in self._lost and self._next.get(tp, 0) > 0:
+                if self._hold_when_reset:
+                    self._held[tp] = (
+                        f"the topic was gone from the broker and is back: its log is a new "
+                        f"one, and the stored position {self._next[tp]} means nothing in it"
+                    )
+                else:  # read the new log from its start, as for a position past its end
+                    del self._next[tp]
             if tp in self._next:
                 self._consumer.seek(tp, self._next[tp])
             else:
                 self._consumer.seek_to_beginning(tp)
+        self._lost.difference_update({tp.topic for tp in added})
+        self._apply_holds()
+
+    def hold(self, topic: str, partition: int, reason: str) -> None:
+        """Stop fetching a partition (its records stay on the broker, its position where it
+        is) until a new reader is made: a partition whose log the broker reset under us."""
+        tp = TopicPartition(topic, partition)
+        if tp not in self._held:
+            self._held[tp] = reason
+            self._apply_holds()
+
+    @property
+    def held(self) -> dict[str, str]:
+        """Partitions held back, "topic:partition" -> why."""
+        return {position_key(tp.topic, tp.partition): why for tp, why in sorted(self._held.items())}
+
+    def _apply_holds(self) -> None:
+        if self._consumer is None:
+            return
+        paused = [tp for tp in self._held if tp in self._assigned]
+        if paused:
+            self._consumer.pause(*paused)
 
     def poll(self, timeout_ms: int | None = None) -> list[Record]:
         """Records that arrived, waiting up to timeout_ms (default settings.poll_timeout_ms).
@@ -571,6 +672,15 @@ class BroadcastReader:
             return []
         try:
             batches = self._consumer.poll(timeout_ms=wait_ms)
+        except OffsetOutOfRangeError as exc:
+            for tp, offset in dict(exc.args[0] if exc.args else {}).items():
+                self.hold(
+                    tp.topic,
+                    tp.partition,
+                    f"position {offset} is outside the partition's log: the broker reset it "
+                    "(topic recreated, data lost or restored, or retention passed it)",
+                )
+            return []
         except Exception as exc:  # noqa: BLE001 - decoders raise their own types
             # Not only broker trouble: a batch that cannot be decoded raises the codec's own
             # error (lz4's RuntimeError, zstd's ZstdError, snappy's UncompressError). Either
@@ -631,6 +741,20 @@ class BroadcastReader:
             ends[key] = max(int(listed.get(tp) or 0), fetched.get(key, 0))
         return ends
 
+    def start_offsets(self, timeout_ms: int | None = None) -> dict[str, int]:
+        """The first offset each assigned partition's log holds; {} when the broker is away."""
+        if self._consumer is None or not self._assigned:
+            return {}
+        try:
+            starts = self._consumer.beginning_offsets(
+                sorted(self._assigned),
+                timeout_ms=timeout_ms or self._settings.request_timeout_ms,
+            )
+        except (KafkaError, OSError) as exc:
+            self._failed(exc)
+            return {}
+        return {position_key(tp.topic, tp.partition): int(o or 0) for tp, o in starts.items()}
+
     def fetched_ends(self) -> dict[str, int]:
         """The exact end (high watermark) per "topic:partition" from this reader's last fetch
         responses; partitions not fetched yet are absent."""
@@ -638,7 +762,10 @@ class BroadcastReader:
             return {}
         ends: dict[str, int] = {}
         for tp in sorted(self._assigned):
-            fetched = self._consumer.highwater(tp)
+            try:
+                fetched = self._consumer.highwater(tp)
+            except KeyError:  # assigned here, not yet in the client's own assignment
+                continue
             if fetched is not None:
                 ends[position_key(tp.topic, tp.partition)] = int(fetched)
         return ends
@@ -687,6 +814,15 @@ def partition_end(settings: KafkaSettings, topic: str, partition: int) -> int | 
     ) as reader:
         reader.poll(500)
         return reader.end_offsets().get(position_key(topic, partition))
+
+
+def partition_start(settings: KafkaSettings, topic: str, partition: int) -> int | None:
+    """The first offset one partition's log still holds (0 unless retention removed the
+    oldest records), or None when the broker does not answer."""
+    with BroadcastReader(
+        settings, [topic], owns=lambda t, p: (t, p) == (topic, partition), max_poll_records=1
+    ) as reader:
+        return reader.start_offsets().get(position_key(topic, partition))
 
 
 def _to_record(message: Any) -> Record:

@@ -42,6 +42,10 @@ class ControlKind(StrEnum):
     #: An operator moves the daemon's ingest past a record it cannot get past (a batch its
     #: Kafka client cannot decode). Targets `ingest:<consumer group>`; agents ignore it.
     SKIP_OFFSET = "skip_offset"
+    #: An operator sets the daemon's read position of a partition whose log the broker reset
+    #: under it (a topic recreated, a broker restored from a backup): back or forward, to the
+    #: log's start or end. Targets `ingest:<consumer group>`; agents ignore it.
+    RESET_OFFSET = "reset_offset"
 
 
 #: The target prefix of commands for the daemon's ingest rather than an agent pool.
@@ -70,23 +74,28 @@ class ControlCommand(Message):
     )
     actor: str = Field(description="Who issued it (operator name or live_guard).")
     reason: str = ""
-    topic: str | None = Field(default=None, description="skip_offset: the topic.")
-    partition: int | None = Field(default=None, ge=0, description="skip_offset: the partition.")
+    topic: str | None = Field(default=None, description="skip_offset/reset_offset: the topic.")
+    partition: int | None = Field(
+        default=None, ge=0, description="skip_offset/reset_offset: the partition."
+    )
     offset: int | None = Field(
-        default=None, ge=0, description="skip_offset: the next offset to read (forward only)."
+        default=None,
+        ge=0,
+        description="skip_offset: the next offset to read (forward only); reset_offset: the "
+        "next offset to read (either way).",
     )
 
     @model_validator(mode="after")
     def _skip_is_complete(self) -> ControlCommand:
-        skip = self.command is ControlKind.SKIP_OFFSET
+        skip = self.command in (ControlKind.SKIP_OFFSET, ControlKind.RESET_OFFSET)
         fields = (self.topic, self.partition, self.offset)
         if skip and (None in fields or not self.target.startswith(INGEST_TARGET_PREFIX)):
             raise ValueError(
-                "skip_offset needs topic, partition and offset, and a target "
+                f"{self.command.value} needs topic, partition and offset, and a target "
                 f"'{INGEST_TARGET_PREFIX}<consumer group>'"
             )
         if not skip and fields != (None, None, None):
-            raise ValueError("topic, partition and offset belong to skip_offset only")
+            raise ValueError("topic, partition and offset belong to skip_offset/reset_offset")
         return self
 
 

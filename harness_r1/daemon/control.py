@@ -204,7 +204,7 @@ class ControlFollower:
         registry's transaction: it is refused as a replay if the mark already holds its seq,
         applied (`on_skip`, forward-only, so applying it twice is harmless), and only then
         does the mark move. A crash in between applies it again; never loses it."""
-        if command.command is ControlKind.SKIP_OFFSET:
+        if command.command in (ControlKind.SKIP_OFFSET, ControlKind.RESET_OFFSET):
             return self._skip(command)
         with self.registry.transaction():
             if not self.registry.advance_mark(command.target, self.mark_stream, command.seq):

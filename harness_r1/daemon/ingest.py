@@ -88,6 +88,10 @@ class IngestConfig:
     max_poll_records: int = 500  # records per store transaction at most
     max_record_bytes: int = 1024 * 1024  # a bigger trajectory is dead-lettered as too_large
     max_dead_letter_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    #: A partition whose log the broker reset under the stored position (topic recreated,
+    #: data lost or restored) is held, not read again from some offset silently: the daemon
+    #: applies its policy (DaemonConfig.on_log_reset). False: kafka-python's reset to the start.
+    hold_when_reset: bool = True
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,7 @@ class TrajectoryIngest:
             commit_group=config.group,
             owns=owns,
             max_poll_records=config.max_poll_records,
+            hold_when_reset=config.hold_when_reset,
         )
         self.last_commit_at: float | None = None
 

@@ -327,6 +327,13 @@ class DaemonMetrics:
             ["env"],
             registry=registry,
         )
+        self.partition_held = Gauge(
+            "harness_r1_ingest_partition_held",
+            "1 while ingest holds a partition whose log the broker reset under the stored "
+            "position (kafka.on_log_reset: stop), by topic and partition",
+            ["topic", "partition"],
+            registry=registry,
+        )
         self.broker_reachable = Gauge(
             "harness_r1_broker_reachable",
             "1 while the ingest reader reaches the Kafka broker, 0 for as long as it does not "

@@ -69,6 +69,10 @@ class DaemonConfig:
     standby_retry_s: float = 5.0
     announce_interval_s: float = 20 * 60.0  # a third of a release's validity (1 h)
     jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
+    #: What a partition whose log the broker reset under the stored position gets: "stop"
+    #: (held, not ready, until `harness-r1 ingest reset`) or "earliest" (read again from the
+    #: log's start, duplicates dropped by trajectory id).
+    on_log_reset: str = "stop"
 
 
 class IngestSink:
@@ -81,6 +85,7 @@ class IngestSink:
     def queue_depth(self, pending: int, running: int) -> None: ...
     def broker_error(self, op: str) -> None: ...
     def broker_reachable(self, up: bool) -> None: ...
+    def partitions_held(self, held: dict[str, str]) -> None: ...  # "topic:partition" -> why
 
 
 def _resilient_jobstore(url: str) -> Any:
@@ -218,6 +223,7 @@ class Daemon:
         self._log_ends = LogEnds()
         self._standby = False
         self._reopen_requested = threading.Event()
+        self._held_reported: set[str] = set()
         self.instance = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease = (
             None
@@ -301,6 +307,16 @@ class Daemon:
             return True, f"standby: another daemon holds {self.config.ingest_lock}"
         if not self.ingest.reader.connected:
             return False, f"broker unreachable: {self.ingest.reader.last_error or 'connecting'}"
+        reader = self.ingest.reader
+        if reader.missing_topics:
+            missing = ", ".join(reader.missing_topics)
+            return False, f"topic {missing} missing from the broker (`harness-r1 topics create`)"
+        if reader.held:
+            return False, "; ".join(
+                f"ingest of {key} stopped: {why} (`harness-r1 ingest reset --partition "
+                f"{key.rpartition(':')[2]} --to earliest|latest`)"
+                for key, why in reader.held.items()
+            )
         why = self._store_error or self.ingest.reader.last_error or "no error reported"
         stuck = [f"{line} ({why})" for line in self._progress.stuck(time.monotonic())]
         if not self._store_ok:
@@ -419,8 +435,10 @@ class Daemon:
         applied by whichever daemon's control follower read it) restarts the reader there.
         Never raises: a failure here is logged and tried again next time."""
         try:
-            reader = ingest.reader.positions()
             ends = ingest.reader.end_offsets()
+            ingest.reader.hold_positions_past(ends)
+            self._on_held(ingest)
+            reader = ingest.reader.positions()
             lag = self._log_ends.lag(ends, ingest.reader.fetched_ends(), reader)
             if lag:  # {}: the broker did not answer; keep the last known values
                 self.sink.lag(lag)
@@ -432,6 +450,39 @@ class Daemon:
                 self.request_ingest_reopen()
         except Exception as err:  # noqa: BLE001 - lag is worth a log line, not the thread
             log.warning("ingest_lag_error", error=f"{type(err).__name__}: {err}"[:300])
+
+    def _on_held(self, ingest: TrajectoryIngest) -> None:
+        """Partitions the reader holds because the broker reset their log: say so once, and
+        under the "earliest" policy move their stored position to the log's start and read
+        again (a copy already stored is dropped by trajectory id)."""
+        held = ingest.reader.held
+        self.sink.partitions_held(held)
+        for key in sorted(set(held) - self._held_reported):
+            log.error(
+                "ingest_partition_held",
+                partition=key,
+                reason=held[key],
+                policy=self.config.on_log_reset,
+            )
+        self._held_reported = set(held)
+        if not held or self.config.on_log_reset != "earliest":
+            return
+        starts = ingest.reader.start_offsets()
+        for key in held:
+            if key not in starts:
+                continue  # the broker did not answer: next time
+            topic, _, partition = key.rpartition(":")
+            before = self.store.reset_position(
+                ingest.config.group, topic, int(partition), starts[key]
+            )
+            log.warning(
+                "ingest_position_reset",
+                partition=key,
+                from_offset=before,
+                to_offset=starts[key],
+                actor="on_log_reset=earliest",
+            )
+        self.request_ingest_reopen()
 
     def _reopen_ingest(self, old: TrajectoryIngest) -> TrajectoryIngest:
         old.close()

@@ -27,7 +27,7 @@ from harness_r1.consumers.kafka import (
     partition_end,
     publish,
 )
-from harness_r1.contracts import CanaryReport, ControlCommand
+from harness_r1.contracts import CanaryReport, ControlCommand, ControlKind
 from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
 from harness_r1.daemon.canary_log import LoggedCanaryProgress
 from harness_r1.daemon.control import ControlFollower
@@ -59,6 +59,7 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
 
     def __init__(self, metrics: DaemonMetrics) -> None:
         self.m = metrics
+        self._held: set[str] = set()  # partitions reported held last time
 
     def batch(self, state: str) -> None:
         self.m.batches.labels(state=state).inc()
@@ -106,6 +107,14 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
 
     def broker_reachable(self, up: bool) -> None:
         self.m.broker_reachable.set(1 if up else 0)
+
+    def partitions_held(self, held: dict[str, str]) -> None:
+        for key in held.keys() | self._held:
+            topic, _, partition = key.rpartition(":")
+            self.m.partition_held.labels(topic=topic, partition=partition).set(
+                1 if key in held else 0
+            )
+        self._held = set(held)
 
     def lag(self, lag: dict[str, int]) -> None:
         for key, behind in lag.items():
@@ -421,6 +430,7 @@ def build_daemon(
             jobstore_url=settings.jobstore_url(),
             ingest_lock=f"ingest:{settings.kafka.group_id}:{settings.trajectory_topic}",
             stuck_after_s=settings.kafka.stuck_after_s,
+            on_log_reset=settings.kafka.on_log_reset,
         ),
         adapter,
         grpo_update=_grpo_job(store, settings, metrics, versions),
@@ -474,6 +484,8 @@ class IngestSkipper:
         if command.topic != self.topic:
             log.warning("ingest_skip_refused", why="not this daemon's topic", seq=command.seq)
             return "out_of_range"
+        if command.command is ControlKind.RESET_OFFSET:
+            return self._reset(command)
         end = self.end_of(command.topic, command.partition)
         if end is None or command.offset > end:
             log.warning(
@@ -505,6 +517,45 @@ class IngestSkipper:
         except Exception as err:  # noqa: BLE001 - done and logged; the topic copy is extra
             log.error("ingest_skip_event_not_published", error=str(err)[:300])
         return "reconciled"
+
+    def _reset(self, command: ControlCommand) -> str:
+        """reset_offset: the stored position set back or forward to the command's offset (the
+        CLI resolved earliest/latest when it signed it), and ingest restarted from there; a
+        held partition is read again. An offset past the partition's end is refused."""
+        assert command.topic is not None and command.partition is not None
+        assert command.offset is not None
+        end = self.end_of(command.topic, command.partition)
+        if end is None or command.offset > end:
+            log.warning(
+                "ingest_reset_refused", why="past the partition's end", end=end, seq=command.seq
+            )
+            return "out_of_range"
+        before = self.store.reset_position(
+            self.group, command.topic, command.partition, command.offset
+        )
+        if self.daemon is not None:
+            self.daemon.request_ingest_reopen()
+        body = _reset_body(command, self.group, before)
+        log.warning("ingest_offset_reset", **body)
+        try:
+            self.event({"event": "ingest_offset_reset", **body})
+        except Exception as err:  # noqa: BLE001 - done and logged; the topic copy is extra
+            log.error("ingest_reset_event_not_published", error=str(err)[:300])
+        return "reconciled"
+
+
+def _reset_body(command: ControlCommand, group: str, before: int) -> dict[str, Any]:
+    return {
+        "group": group,
+        "topic": command.topic,
+        "partition": command.partition,
+        "from_offset": before,
+        "to_offset": command.offset,
+        "actor": command.actor,
+        "reason": command.reason,
+        "seq": command.seq,
+        "key_id": command.key_id,
+    }
 
 
 def _control_follower(

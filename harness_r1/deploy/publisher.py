@@ -244,6 +244,23 @@ class Publisher:
                 skip=(topic, partition, offset),
             )
 
+    def reset_offset(
+        self, group: str, topic: str, partition: int, offset: int, *, actor: str, reason: str
+    ) -> ControlCommand:
+        """Publish a signed order for the daemons ingesting as `group` to read `topic`'s
+        `partition` from `offset` on, back or forward: the operator's answer to a partition
+        whose log the broker reset under the daemon (it stops ingesting such a partition)."""
+        with self._lock:
+            return self._control(
+                ControlKind.RESET_OFFSET,
+                f"{INGEST_TARGET_PREFIX}{group}",
+                actor=actor,
+                reason=reason,
+                overlay_id=None,
+                revoke_overlay_id=None,
+                skip=(topic, partition, offset),
+            )
+
     def _control(
         self,
         command: ControlKind,

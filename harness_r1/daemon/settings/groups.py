@@ -101,6 +101,14 @@ class KafkaOptions(_Group):
         description="/readyz fails, naming the partition, when a partition is behind its end "
         "this long without progress.",
     )
+    on_log_reset: Literal["stop", "earliest"] = Field(
+        default="stop",
+        description="A partition whose log the broker reset under the daemon's stored "
+        "position (topic deleted and recreated, broker data lost or restored, retention past "
+        "it): 'stop' holds it (/readyz not ready, HarnessR1IngestPartitionHeld) until "
+        "`harness-r1 ingest reset`; 'earliest' reads it again from the log's start "
+        "(duplicates dropped by trajectory id).",
+    )
     max_record_bytes: int = Field(
         default=1024 * 1024,
         ge=1024,

@@ -302,6 +302,28 @@ class IngestMixin(StoreCore):
         with self._write() as session:
             self._upsert_positions(session, group, positions, _now())
 
+    def reset_position(self, group: str, topic: str, partition: int, offset: int) -> int:
+        """Set one position, back or forward (an operator's reset of a partition whose log
+        the broker reset under the daemon); returns the position it replaced (0: none)."""
+        if partition < 0 or offset < 0:
+            raise StoreError(f"bad position {topic}:{partition} -> {offset}")
+        with self._write() as session:
+            row = session.get(_PositionRow, (group, topic, partition))
+            before = 0 if row is None else int(row.next_offset)
+            if row is None:
+                session.add(
+                    _PositionRow(
+                        consumer_group=group,
+                        kafka_topic=topic,
+                        kafka_partition=partition,
+                        next_offset=offset,
+                        updated_at=_now(),
+                    )
+                )
+            else:
+                row.next_offset, row.updated_at = offset, _now()
+            return before
+
     def positions(self, group: str) -> dict[tuple[str, int], int]:
         """Next offset to read per (topic, partition) for `group`."""
         query = select(
