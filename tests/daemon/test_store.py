@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -205,6 +206,37 @@ def test_release_and_give_up_after_max_attempts(store: StateStore) -> None:
     # Claimed twice without finishing: the third claim marks it failed instead.
     assert store.claim_batch("w1", 30, max_attempts=2) is None
     assert store.batch_state(batch_id) == "failed"
+
+
+def test_a_batch_handed_back_at_a_stop_keeps_its_attempts(store: StateStore) -> None:
+    """A daemon's stop hands its batch back without counting the attempt: stopping any number
+    of times never makes a batch fail."""
+    fill(store, 1)
+    batch_id = store.seal_batch(KEY, 10)
+    assert batch_id is not None
+    for _ in range(4):
+        batch = store.claim_batch("w1", 30, max_attempts=2)
+        assert batch is not None and batch.attempts == 1
+        assert store.release_batch(batch_id, "w1", count_attempt=False)
+        assert store.batch_state(batch_id) == "pending"
+    assert store.release_batch(batch_id, "w1", count_attempt=False) is False  # not held
+
+
+def test_an_unreplayable_failure_is_stored_and_counted_not_buffered(store: StateStore) -> None:
+    unknown = replace(item("u", offset=0), replayable=False)
+    result = store.ingest([unknown, item("k", offset=1)], GROUP, {(TOPIC, 0): 2})
+    assert (result.new, result.failures) == (2, 1)
+    assert result.unreplayable == {"dbbench": 1}
+    assert store.has_trajectory("u")
+    assert sum(b.size for b in store.open_buffers()) == 1
+
+
+def test_reset_position_moves_a_position_back(store: StateStore) -> None:
+    store.ingest([item("a", offset=5)], GROUP, {(TOPIC, 0): 6})
+    assert store.reset_position(GROUP, TOPIC, 0, 0) == 6
+    assert store.positions(GROUP) == {(TOPIC, 0): 0}
+    assert store.reset_position(GROUP, TOPIC, 1, 3) == 0  # a partition with no position yet
+    assert store.positions(GROUP)[(TOPIC, 1)] == 3
 
 
 def test_concurrent_claims_never_share_a_batch(db_url: str) -> None:

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ from harness_r1.consumers.kafka import (
     make_producer,
     publish,
 )
-from harness_r1.contracts import ControlKind, Patch
+from harness_r1.contracts import ControlCommand, ControlKind, Patch
 from harness_r1.daemon.control import FOLLOWED_STREAM, ControlFollower
 from harness_r1.deploy.client import ClientConfig, OverlayClient
 from harness_r1.deploy.publisher import APPLIED_STREAM, Publisher, PublisherConfig
@@ -369,3 +370,40 @@ def test_publishers_in_several_processes_send_in_seq_order(db_url: str) -> None:
     for registry in registries:
         registry.close()
     assert sent == list(range(1, PUBLISHERS * PER_PUBLISHER + 1))
+
+
+def test_a_pools_hold_follows_pause_pin_and_resume(db_url: str) -> None:
+    """The hold `overlay list/show` report, recorded by `record_control` (the CLI's and the
+    daemon's follower's shared path) on either database."""
+    from harness_r1.deploy.publisher import record_control
+
+    registry = OverlayRegistry(db_url)
+    now = datetime.now(UTC)
+
+    def command(kind: ControlKind, seq: int, overlay_id: str | None = None) -> ControlCommand:
+        return ControlCommand(
+            command=kind,
+            command_id=f"c{seq}",
+            target=POOL,
+            seq=seq,
+            key_id="k",
+            issued_at=now,
+            expires_at=now + timedelta(hours=1),
+            overlay_id=overlay_id,
+            actor="alice",
+            reason="INC-9",
+        )
+
+    try:
+        assert registry.hold(POOL) is None
+        record_control(registry, command(ControlKind.PAUSE, 1), recorder="publisher")
+        held = registry.hold(POOL)
+        assert held is not None and (held.kind, held.actor, held.seq) == ("paused", "alice", 1)
+        record_control(registry, command(ControlKind.PIN, 2, "base"), recorder="publisher")
+        held = registry.hold(POOL)
+        assert held is not None and (held.kind, held.overlay_id) == ("pinned", "base")
+        assert "pinned to base" in held.describe()
+        record_control(registry, command(ControlKind.RESUME, 3), recorder="control_follower")
+        assert registry.hold(POOL) is None
+    finally:
+        registry.close()
