@@ -496,10 +496,19 @@ class Daemon:
                 self._stop.wait(self.config.backoff_max_s)
         return old
 
+    #: How often the control follower checks that its position is inside the control log.
+    CONTROL_LOG_CHECK_S = 5.0
+
     def _control_loop(self, follower: ControlFollower) -> None:
+        checked_at = time.monotonic()
         while not self._stop.is_set():
             try:
                 follower.poll_once(timeout_ms=500)
+                if time.monotonic() - checked_at >= self.CONTROL_LOG_CHECK_S:
+                    checked_at = time.monotonic()
+                    # a control topic the broker reset (recreated, lost): read the new log
+                    # from its start; commands applied before are refused as replays by seq
+                    follower.reader.hold_positions_past(follower.reader.end_offsets())
             except Exception as err:  # noqa: BLE001 - the registry failed: wait, retry
                 log.error("control_follow_error", error=f"{type(err).__name__}: {err}")
                 self._stop.wait(self.config.backoff_initial_s)
