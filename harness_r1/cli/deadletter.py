@@ -103,6 +103,31 @@ def deadletter_list(
         )
     Console(width=200).print(table)
     typer.echo(f"{len(views)} dead letters")
+    typer.echo(_compare_with_store(config, {view.source for view in views}))
+
+
+def _compare_with_store(config: Path | None, on_topic: set[str]) -> str:
+    """One line on how the store's outbox (every dead letter the daemon wrote) and the topic
+    (what the broker holds) differ, and why they may."""
+    from harness_r1.cli.settings import cli_settings
+    from harness_r1.daemon.store import StateStore
+
+    settings = cli_settings(config)
+    store = StateStore(settings.registry_url())
+    try:
+        outbox = store.dead_letter_sources(settings.kafka.group_id)
+    finally:
+        store.close()
+    pending = sum(not published for published in outbox.values())
+    gone = sum(published and source not in on_topic for source, published in outbox.items())
+    extra = len(on_topic - outbox.keys())
+    return (
+        f"the store's outbox holds {len(outbox)} for group {settings.kafka.group_id}: "
+        f"{pending} pending (not yet on the topic: the daemon publishes them when the topic "
+        f"takes them), {gone} published but no longer on the topic (retention, or the topic "
+        f"was reset), and the topic holds {extra} the outbox lacks (another group's, or the "
+        "outbox's retention)"
+    )
 
 
 @deadletter_app.command("redrive")

@@ -35,7 +35,8 @@ def test_list_then_redrive_after_the_limit_is_raised(
             {
                 "kafka_bootstrap": kafka_broker.bootstrap,
                 "trajectory_topic": f"traj-{run}",
-                "kafka": {"dead_letter_topic": f"dlq-{run}"},
+                "state_url": f"sqlite:///{tmp_path / 'state.db'}",
+                "kafka": {"dead_letter_topic": f"dlq-{run}", "group_id": "g"},
             }
         )
     )
@@ -82,6 +83,10 @@ def test_list_then_redrive_after_the_limit_is_raised(
 
     table = runner.invoke(app, ["deadletter", "list", "--config", str(config)])
     assert table.exit_code == 0 and "3 dead letters" in table.stdout
+    # the store's outbox and the topic agree, and the command says so
+    said = " ".join(table.stdout.split())
+    assert "the store's outbox holds 3 for group g: 0 pending" in said, said
+    assert "0 published but no longer on the topic" in said and "topic holds 0 the outbox" in said
     assert views[0]["dead_letter_id"] in table.stdout  # whole ids, even when piped
 
     # one more, dead-lettered with a cut copy: it cannot be re-driven

@@ -291,6 +291,19 @@ class IngestMixin(StoreCore):
                 )
         return marked
 
+    def dead_letter_sources(self, group: str) -> dict[str, bool]:
+        """`group`'s dead letters in the outbox, by source ("topic:partition@offset") ->
+        published (acknowledged by the dead-letter topic) or not: what `deadletter list`
+        compares with the topic."""
+        query = select(
+            _DeadLetterRow.kafka_topic,
+            _DeadLetterRow.kafka_partition,
+            _DeadLetterRow.kafka_offset,
+            _DeadLetterRow.published_at,
+        ).where(_DeadLetterRow.consumer_group == group)
+        with self._read() as session:
+            return {f"{t}:{p}@{o}": at is not None for t, p, o, at in session.execute(query)}
+
     def count_pending_dead_letters(self) -> int:
         query = select(func.count()).where(_DeadLetterRow.published_at.is_(None))
         with self._read() as session:
