@@ -88,7 +88,7 @@ def synthetic_trajectory(i: int, rng: random.Random) -> Trajectory:
         task=TaskRef(
             env="dbbench",
             split="dev",
-            task_id=f"task-{i % 50}",
+            task_id=f"dev-{i % 50:03d}",  # a real dev task: the canary could replay it
             task_type="SELECT",
             instruction="How many rows have a price above 2?",
             seed=i,
