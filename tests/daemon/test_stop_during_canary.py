@@ -131,6 +131,10 @@ def test_sigterm_during_a_canary_exits_0_and_hands_the_batch_back(
         batch = store.claim_batch("standby-w0", 60, max_attempts=3)
         assert batch is not None and batch.batch_id == batch_id
         assert batch.attempts == 1, batch
+        # the model loaded and the canary ran, and still every line of the JSON log is JSON
+        # (no progress bars, no transformers advisories)
+        lines = [x for x in log.read_text().splitlines() if x.strip()]
+        assert [x for x in lines if not x.startswith("{")] == []
         print(f"\nSIGTERM mid-canary: exit 0 after {took:.1f} s; batch {batch_id[:12]} pending")
     finally:
         if daemon.process.poll() is None:
