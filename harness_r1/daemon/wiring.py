@@ -511,11 +511,15 @@ class IngestSkipper:
             "seq": command.seq,
             "key_id": command.key_id,
         }
-        log.warning("ingest_offset_skipped", **body)
+        return self._record("ingest_offset_skipped", body)
+
+    def _record(self, event: str, body: dict[str, Any]) -> str:
+        """An operator's order applied: in the log and on the events topic."""
+        log.warning(event, **body)
         try:
-            self.event({"event": "ingest_offset_skipped", **body})
+            self.event({"event": event, **body})
         except Exception as err:  # noqa: BLE001 - done and logged; the topic copy is extra
-            log.error("ingest_skip_event_not_published", error=str(err)[:300])
+            log.error("ingest_event_not_published", event=event, error=str(err)[:300])
         return "reconciled"
 
     def _reset(self, command: ControlCommand) -> str:
@@ -535,13 +539,7 @@ class IngestSkipper:
         )
         if self.daemon is not None:
             self.daemon.request_ingest_reopen()
-        body = _reset_body(command, self.group, before)
-        log.warning("ingest_offset_reset", **body)
-        try:
-            self.event({"event": "ingest_offset_reset", **body})
-        except Exception as err:  # noqa: BLE001 - done and logged; the topic copy is extra
-            log.error("ingest_reset_event_not_published", error=str(err)[:300])
-        return "reconciled"
+        return self._record("ingest_offset_reset", _reset_body(command, self.group, before))
 
 
 def _reset_body(command: ControlCommand, group: str, before: int) -> dict[str, Any]:

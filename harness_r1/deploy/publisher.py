@@ -233,16 +233,8 @@ class Publisher:
         `partition` from `offset` on (forward only): the operator's way past a record their
         Kafka client cannot get past. Signed, seq-numbered and expiring like every control
         command; the daemon's control follower applies it and reports it on the events topic."""
-        with self._lock:
-            return self._control(
-                ControlKind.SKIP_OFFSET,
-                f"{INGEST_TARGET_PREFIX}{group}",
-                actor=actor,
-                reason=reason,
-                overlay_id=None,
-                revoke_overlay_id=None,
-                skip=(topic, partition, offset),
-            )
+        order = (ControlKind.SKIP_OFFSET, group, topic, partition, offset)
+        return self._ingest_order(*order, actor=actor, reason=reason)
 
     def reset_offset(
         self, group: str, topic: str, partition: int, offset: int, *, actor: str, reason: str
@@ -250,9 +242,23 @@ class Publisher:
         """Publish a signed order for the daemons ingesting as `group` to read `topic`'s
         `partition` from `offset` on, back or forward: the operator's answer to a partition
         whose log the broker reset under the daemon (it stops ingesting such a partition)."""
+        order = (ControlKind.RESET_OFFSET, group, topic, partition, offset)
+        return self._ingest_order(*order, actor=actor, reason=reason)
+
+    def _ingest_order(
+        self,
+        kind: ControlKind,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        actor: str,
+        reason: str,
+    ) -> ControlCommand:
         with self._lock:
             return self._control(
-                ControlKind.RESET_OFFSET,
+                kind,
                 f"{INGEST_TARGET_PREFIX}{group}",
                 actor=actor,
                 reason=reason,
