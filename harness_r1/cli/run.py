@@ -169,13 +169,16 @@ def run_daemon(
     try:
         built.daemon.run_forever()
     finally:
-        built.health.stop()
-        built.close()
-    if built.daemon.left_running:
-        # a thread still in native code (a model call, a training step) past the drain: its
-        # batch is handed back already; interpreter finalization would wait on it or abort
-        # inside it (SIGABRT, "terminate called without an active exception")
-        _exit_without_finalization(0)
+        try:
+            built.health.stop()
+            built.close()
+        finally:
+            if built.daemon.left_running:
+                # a thread still in native code (a model call, a training step) past the
+                # drain: its batch is handed back already; interpreter finalization would
+                # wait on it or abort inside it (SIGABRT, "terminate called without an
+                # active exception")
+                _exit_without_finalization(0)
 
 
 def _announce(url: str, log_format: str) -> None:

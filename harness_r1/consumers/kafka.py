@@ -26,6 +26,7 @@ besides, so a client change stays here.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,6 +49,7 @@ from harness_r1.consumers.security import (
 )
 
 DEFAULT_SEND_TIMEOUT_S = 10.0
+_log = logging.getLogger(__name__)
 DEFAULT_METADATA_INTERVAL_S = 3.0
 PRODUCER_RETRIES = 5
 # Reconnect quickly after a broker restart: kafka-python's default backoff grows to 30 s.
@@ -440,9 +442,12 @@ class BroadcastReader:
     """Reads every partition of the given topics, without a consumer group.
 
     positions ("topic:partition" -> next offset to read) say where to resume; partitions absent
-    from it start at the beginning of the log. A position past the end of the log (a broker
-    that lost its data) is reset to the earliest offset: a record may be read twice, never
-    skipped.
+    from it start at the beginning of the log. A log the broker reset under the positions (a
+    position past its end, a topic recreated under a new id or gone and back: a broker that
+    lost its data, a restore) is read again from its start, so a record may be read twice,
+    never skipped; with `hold_when_reset` such a partition is held instead (`held`) for the
+    caller to decide, and a position that retention passed reads on from the log's start
+    (`retention_skipped`).
 
     poll() returns records in offset order within each partition; `positions()` advances only
     past records poll already returned, so a caller that persists positions after handling a
@@ -496,6 +501,8 @@ class BroadcastReader:
         self._lost: set[str] = set()
         self._held: dict[TopicPartition, str] = {}
         self._topic_ids: dict[str, Any] = {}
+        #: Records retention deleted before this reader read them, per "topic:partition".
+        self.retention_skipped: dict[str, int] = {}
         self.missing_topics: tuple[str, ...] = ()
         self.refresh()
 
@@ -568,16 +575,20 @@ class BroadcastReader:
         had = {tp.topic for tp in self._next} | {tp.topic for tp in self._assigned}
         self._lost.update(t for t in self.missing_topics if t in had)
         for topic in self._topics:
-            topic_id = self._topic_id(topic)
+            topic_id = self._topic_id(topic) if topic in present else None
             if topic_id is None:
                 continue
             known = self._topic_ids.setdefault(topic, topic_id)
-            if known != topic_id:
-                self._topic_ids[topic] = topic_id
-                reason = f"the topic was recreated (topic id {known} is now {topic_id})"
-                for tp in sorted(self._assigned):
-                    if tp.topic == topic and self._next.get(tp, 0) > 0:
-                        self._reset_partition(tp, reason)
+            if known == topic_id:
+                # gone from one metadata answer and back under the same id: the same log
+                self._lost.discard(topic)
+                continue
+            self._topic_ids[topic] = topic_id
+            reason = f"the topic was recreated (topic id {known} is now {topic_id})"
+            self._lost.add(topic)  # partitions assigned again below are reset there
+            for tp in sorted(self._assigned):
+                if tp.topic == topic and self._next.get(tp, 0) > 0:
+                    self._reset_partition(tp, reason)
 
     def _topic_id(self, topic: str) -> Any:
         """The broker's id of the topic (Metadata v10+), None when unknown. kafka-python keeps
@@ -638,6 +649,47 @@ class BroadcastReader:
         self._lost.difference_update({tp.topic for tp in added})
         self._apply_holds()
 
+    def _out_of_range(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Positions the partitions' logs do not hold. Below the log's start, retention deleted
+        records before they were read: they are gone whatever we do, so read on from the start
+        (`retention_skipped` counts them, a warning names them). Past the end: the broker reset
+        the log under us, see `_reset_partition`."""
+        starts = self.start_offsets()
+        for tp, offset in offsets.items():
+            start = starts.get(position_key(tp.topic, tp.partition))
+            if start is not None and offset < start:
+                _log.warning(
+                    "records of %s:%d deleted by retention before they were read: offsets "
+                    "%d to %d; reading on from %d",
+                    tp.topic, tp.partition, offset, start - 1, start,
+                )  # fmt: skip
+                key = position_key(tp.topic, tp.partition)
+                self.retention_skipped[key] = self.retention_skipped.get(key, 0) + start - offset
+                self._next[TopicPartition(tp.topic, tp.partition)] = start
+                self._consumer.seek(tp, start)
+                continue
+            self._reset_partition(
+                TopicPartition(tp.topic, tp.partition),
+                f"position {offset} is past the partition's log: the broker reset it "
+                "(topic recreated, data lost or restored)",
+            )
+
+    def adopt(self, other: BroadcastReader, held: Mapping[str, str]) -> None:
+        """Take over what a previous reader of the same topics learned about their logs (topic
+        ids, topics gone) and the holds in `held`: a reader made anew (a reopen) must not read
+        a partition its predecessor held, nor miss a recreate its predecessor saw."""
+        for topic, known in other._topic_ids.items():
+            current = self._topic_ids.setdefault(topic, known)
+            if current != known:  # recreated between the two readers
+                reason = f"the topic was recreated (topic id {known} is now {current})"
+                for tp in sorted(self._assigned):
+                    if tp.topic == topic and self._next.get(tp, 0) > 0:
+                        self._reset_partition(tp, reason)
+        self._lost.update(other._lost)
+        for key, why in held.items():
+            topic, _, partition = key.rpartition(":")
+            self.hold(topic, int(partition), why)
+
     def hold(self, topic: str, partition: int, reason: str) -> None:
         """Stop fetching a partition (its records stay on the broker, its position where it
         is) until a new reader is made: a partition whose log the broker reset under us."""
@@ -673,13 +725,7 @@ class BroadcastReader:
         try:
             batches = self._consumer.poll(timeout_ms=wait_ms)
         except OffsetOutOfRangeError as exc:
-            for tp, offset in dict(exc.args[0] if exc.args else {}).items():
-                self.hold(
-                    tp.topic,
-                    tp.partition,
-                    f"position {offset} is outside the partition's log: the broker reset it "
-                    "(topic recreated, data lost or restored, or retention passed it)",
-                )
+            self._out_of_range(dict(exc.args[0] if exc.args else {}))
             return []
         except Exception as exc:  # noqa: BLE001 - decoders raise their own types
             # Not only broker trouble: a batch that cannot be decoded raises the codec's own
@@ -775,8 +821,14 @@ class BroadcastReader:
         self._last_error = None
 
     def _failed(self, exc: BaseException) -> None:
-        self._connected = False
+        """Any failure is the latest error; only trouble reaching the broker (a connection
+        or a timeout) makes the reader not connected: a batch it cannot decode is not an
+        unreachable broker (the stuck partition says so instead)."""
         self._last_error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (KafkaConnectionError, KafkaTimeoutError, OSError)) or getattr(
+            exc, "retriable", False
+        ):
+            self._connected = False
 
     def _require_open(self) -> None:
         if self._closed:

@@ -16,6 +16,8 @@ import structlog
 from harness_r1.contracts import Trajectory
 
 log = structlog.get_logger("harness_r1.canary")
+#: Seconds without an episode after which counting starts anew.
+STALE_S = 300.0
 
 
 class LoggedCanaryProgress:
@@ -30,20 +32,23 @@ class LoggedCanaryProgress:
         self._lock = threading.Lock()
         self._planned = 0
         self._done = 0
-        self._last = clock()
+        self._last = self._active = clock()  # last line logged; last episode planned or done
 
     def planned(self, episodes: int) -> None:
         with self._lock:
-            if self._done >= self._planned:  # a new canary: count from zero
+            # a new canary counts from zero: the last one finished, or stopped long ago (a
+            # cancelled or failed canary never reaches its planned count)
+            idle = self._clock() - self._active >= STALE_S
+            if self._done >= self._planned or idle:
                 self._planned = self._done = 0
             self._planned += episodes
-            self._last = self._clock()
+            self._last = self._active = self._clock()
             log.info("canary_planned", episodes=episodes, planned=self._planned, done=self._done)
 
     def finished(self, trajectory: Trajectory) -> None:
         with self._lock:
             self._done += 1
-            now = self._clock()
+            now = self._active = self._clock()
             if self._done < self._planned and now - self._last < self.interval_s:
                 return
             self._last = now

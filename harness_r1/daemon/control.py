@@ -67,6 +67,9 @@ log = structlog.get_logger(__name__)
 FOLLOWED_STREAM = "control"
 #: Attempts at a record that fails with a database error other than a lost connection.
 MAX_ATTEMPTS = 5
+#: Results of a command the daemon accepted and acted on (or found already done): what
+#: `on_followed` counts; a refused one (`out_of_range`, `error`) is not followed.
+FOLLOWED_RESULTS = ("reconciled", "already_applied", "superseded", "noted", "unknown_overlay")
 #: Bounded labels for a command's free-text actor: the daemon's own actors by name, anyone
 #: else (a person, a script) as an operator.
 ACTORS = ("operator", "live_guard", "daemon")
@@ -192,7 +195,7 @@ class ControlFollower:
             **_where(record),
         )
         self._report(command.command.value, result)
-        if self._on_followed is not None:
+        if self._on_followed is not None and result in FOLLOWED_RESULTS:
             self._on_followed(command.command.value, actor_label(command.actor))
         return result
 
@@ -202,8 +205,9 @@ class ControlFollower:
 
         skip_offset acts on the state store, not the registry, so it cannot share the
         registry's transaction: it is refused as a replay if the mark already holds its seq,
-        applied (`on_skip`, forward-only, so applying it twice is harmless), and only then
-        does the mark move. A crash in between applies it again; never loses it."""
+        applied (`on_skip`: a skip is forward-only, so applying it twice is harmless; a reset
+        applied twice after a crash reads the same records again, dropped as duplicates), and
+        only then does the mark move. A crash in between applies it again; never loses it."""
         if command.command in (ControlKind.SKIP_OFFSET, ControlKind.RESET_OFFSET):
             return self._skip(command)
         with self.registry.transaction():

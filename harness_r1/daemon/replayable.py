@@ -9,6 +9,7 @@ failure is let through, as before: the batch fails later with the data root's ow
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,16 +18,22 @@ import structlog
 from harness_r1.envs import ENV_NAMES, get_suite
 
 log = structlog.get_logger(__name__)
+#: Seconds between warnings about a split whose data cannot be read.
+RETRY_S = 300.0
 
 
 class ReplayableTasks:
     """Task ids per (env, split), read once from the data root (thread-safe)."""
 
-    def __init__(self, data_root: Path | Callable[[], Path]) -> None:
+    def __init__(
+        self, data_root: Path | Callable[[], Path], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._root = data_root
         self._ids: dict[tuple[str, str], frozenset[str] | str] = {}  # ids, or why none
         self._lock = threading.Lock()
         self._no_data: str | None = None
+        self._clock = clock
+        self._unreadable: dict[tuple[str, str], float] = {}  # last warned, per split
 
     def why_not(self, env: str, split: str, task_id: str) -> str | None:
         """None when the canary can replay the task (or there is no data to tell); else why
@@ -63,10 +70,20 @@ class ReplayableTasks:
                 else:
                     try:
                         tasks = suite.load_tasks(root, split)
-                    except (OSError, ValueError) as err:
-                        self._ids[key] = f"{env}/{split} cannot be read from {root}: {err}"
-                    else:
-                        self._ids[key] = frozenset(t.task_id for t in tasks)
+                    except Exception as err:  # noqa: BLE001 - DataError, OSError, a bad file
+                        # cannot tell: let the failure through (its batch fails with the data's
+                        # own message) and look again later (after `harness-r1 data fetch`)
+                        now = self._clock()
+                        if now - self._unreadable.get(key, -RETRY_S) >= RETRY_S:
+                            self._unreadable[key] = now
+                            log.warning(
+                                "replay_check_unreadable",
+                                env=env,
+                                split=split,
+                                error=f"{type(err).__name__}: {err}"[:300],
+                            )
+                        return None
+                    self._ids[key] = frozenset(t.task_id for t in tasks)
             return self._ids[key]
 
     def _data_root(self) -> Path | None:

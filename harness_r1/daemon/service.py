@@ -88,6 +88,12 @@ class IngestSink:
     def partitions_held(self, held: dict[str, str]) -> None: ...  # "topic:partition" -> why
 
 
+def _partition_of(key: str) -> tuple[str, int]:
+    """("topic", partition) of a "topic:partition" key."""
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
 def _resilient_jobstore(url: str) -> Any:
     """apscheduler's SQLAlchemy job store, except that a database error while it records a
     job's next run time does not end the scheduler: apscheduler 3.11 lets that error escape
@@ -445,8 +451,15 @@ class Daemon:
                 self._progress.observe(reader, lag, time.monotonic())
             stored = ingest.store.positions(ingest.config.group)
             ahead = [f"{t}:{p}" for (t, p), o in stored.items() if o > reader.get(f"{t}:{p}", 0)]
-            if ahead and not self._store_error:
-                log.info("ingest_store_positions_ahead", partitions=ahead)
+            # a held partition whose stored position moved either way: an operator's reset,
+            # applied here or by another daemon's control follower
+            reset = [
+                key
+                for key in ingest.reader.held
+                if stored.get(_partition_of(key), reader.get(key, 0)) != reader.get(key, 0)
+            ]
+            if (ahead or reset) and not self._store_error:
+                log.info("ingest_store_positions_moved", ahead=ahead, reset=reset)
                 self.request_ingest_reopen()
         except Exception as err:  # noqa: BLE001 - lag is worth a log line, not the thread
             log.warning("ingest_lag_error", error=f"{type(err).__name__}: {err}"[:300])
@@ -485,11 +498,23 @@ class Daemon:
         self.request_ingest_reopen()
 
     def _reopen_ingest(self, old: TrajectoryIngest) -> TrajectoryIngest:
+        """A new reader from the store's positions. What the old one knew about logs the
+        broker reset goes with it: its holds stay, except where the stored position moved
+        since (an operator's reset), so a reopen never reads a held partition from a stale
+        position."""
+        held, positions = old.reader.held, old.reader.positions()
         old.close()
         while not self._stop.is_set():
             try:
                 ingest = self._ingest_factory(self.lease)
                 self.ingest_reopens += 1
+                stored = self.store.positions(ingest.config.group)
+                kept = {
+                    key: why
+                    for key, why in held.items()
+                    if stored.get(_partition_of(key), 0) == positions.get(key, 0)
+                }
+                ingest.reader.adopt(old.reader, kept)
                 return ingest
             except Exception as err:  # noqa: BLE001 - store still down: keep trying
                 log.error("ingest_reopen_failed", error=f"{type(err).__name__}: {err}"[:300])

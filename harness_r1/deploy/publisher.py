@@ -410,8 +410,9 @@ def record_control(registry: OverlayRegistry, command: ControlCommand, *, record
       revoked); none left: the base harness.
     - pin ID: ID active as above (`base`: the active overlay retired); pin without ID keeps the
       active one. An audit event on the pinned overlay.
-    - pause/resume: an audit event on the active overlay. The registry does not model holds
-      (releases parked by agents while paused or pinned).
+    - pause/resume: an audit event on the active overlay.
+    - pause and pin record the target's hold (`OverlayRegistry.hold`: agents park new
+      releases meanwhile), resume clears it; `overlay list/show/release` say so.
     """
     with registry.transaction():
         if not registry.advance_mark(command.target, APPLIED_STREAM, command.seq):

@@ -37,6 +37,7 @@ from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
 BEFORE, AFTER = 6, 6  # records before and after the recreation (3 and 3 per partition)
+HALF = BEFORE + AFTER // 2  # once partition 0 alone was read again
 
 
 def _topics(settings: Settings) -> list[str]:
@@ -110,6 +111,11 @@ def test_a_recreated_topic_loses_no_record(tmp_path: Path, policy: str) -> None:
                     "earliest", "--reason", "topic recreated",
                 )  # fmt: skip
                 assert "from offset 0 (earliest)" in output
+                if partition == 0:  # the reopen that reads partition 0 keeps 1 held
+                    wait_for(lambda: store.trajectory_count() == HALF, 60, "partition 0 read")
+                    time.sleep(2)  # a stale position on partition 1 would read on meanwhile
+                    assert store.trajectory_count() == HALF
+                    assert f"{settings.trajectory_topic}:1 stopped" in daemon.ready()[1]
 
         # the control topic was reset too: a command published now sits at offset 0 of its new
         # log, below the follower's position 1; the follower reads the new log from its start

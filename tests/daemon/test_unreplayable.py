@@ -69,3 +69,15 @@ def test_publish_warns_about_a_failure_it_cannot_replay(tmp_path: Path) -> None:
     assert f"{path}:1: warning: task 'task-2' is not in dbbench/dev" in result.output
     assert "harness-r1 data tasks dbbench dev" in result.output
     assert f"{path}:2:" not in result.output
+
+
+def test_an_env_whose_data_cannot_be_read_lets_failures_through(tmp_path: Path) -> None:
+    """A data root holding DBBench only: a WebShop failure cannot be checked, so it is let
+    through (as before the check), and nothing raises into the ingest loop."""
+    from harness_r1.daemon.replayable import ReplayableTasks
+
+    root = tmp_path / "data"
+    (root / "dbbench").mkdir(parents=True)
+    replay = ReplayableTasks(root)
+    assert replay.why_not("webshop", "fixed_heldout", "fixed_41") is None
+    assert replay.why_not("nope", "dev", "x") is not None  # an env it never replays
