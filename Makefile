@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench mutate lint schemas docs clean
+.PHONY: demo test test-deps bench mutate lint schemas docs clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -19,6 +19,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The system tools some tests use (a real Prometheus and promtool, a Compose binary, the
+# sqlite3 and PostgreSQL clients, systemd-analyze); without them those tests skip, and `make test` ends by
+# naming them. Debian/Ubuntu; needs root (sudo when not root).
+TEST_DEBS := prometheus docker-compose sqlite3 postgresql-client util-linux systemd
+test-deps:
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y --no-install-recommends $(TEST_DEBS)
 
 bench: $(STAMP)
 	bash benchmarks/run_all.sh

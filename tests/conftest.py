@@ -19,6 +19,22 @@ from sqlalchemy import create_engine, text
 from harness_r1.consumers.broker import EmbeddedBroker, free_port
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: after pytest's short summary
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """The last lines of `make test` (before pytest's count): the tests skipped for a missing
+    tool, and the command that installs it (tests/skipped_tools.py)."""
+    from skipped_tools import missing_packages, summary
+
+    yield
+    reasons = []
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            reasons.append(str(longrepr[2]))
+    for line in summary(missing_packages(reasons)):
+        terminalreporter.write_line(line, yellow=True, bold=True)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[EmbeddedBroker]:
     broker = EmbeddedBroker()
