@@ -57,3 +57,18 @@ def test_every_package_imports_only_what_the_layout_allows() -> None:
             if extra:
                 breaches.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
     assert not breaches, "\n".join(breaches)
+
+
+def test_module_prose_quotes_no_line_counts() -> None:
+    """A module's size goes stale with the next edit: docstrings and comments say why a module
+    is one module, never how many lines it has ("of 587 lines")."""
+    import re
+
+    stale = re.compile(r"\b(?:module|file) of [0-9][0-9,]* lines\b")
+    quoting = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if stale.search(line)
+    ]
+    assert quoting == [], quoting

@@ -18,7 +18,7 @@ Topics are created explicitly (`ensure_topics`), never on first use: producers a
 built with auto-creation off, so a typo fails loudly instead of creating a topic with the
 broker's default partition count.
 
-Why one module of 705 lines: the one adapter to kafka-python (client settings, security, topics,
+Why one module: the one adapter to kafka-python (client settings, security, topics,
 reading, positions); only topics.py (an operator's topic provisioning) imports kafka-python
 besides, so a client change stays here.
 """

@@ -4,7 +4,7 @@ Settings are read once by the caller (the CLI) and passed here; everything below
 plain objects. Heavy parts (the frozen target model, the engineer model) are built lazily, on
 the first batch that needs them, so the daemon starts in about a second and ingests at once.
 
-Why one module of 532 lines: the composition root: settings in, a running daemon out; it is the
+Why one module: the composition root: settings in, a running daemon out; it is the
 one place that shows how the parts connect, and it holds no logic of its own.
 """
 

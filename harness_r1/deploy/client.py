@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,13 +120,6 @@ class OverlayLease:
 
     overlay_id: str
     hooks: HookSet
-
-
-@dataclass
-class _Outcome:
-    accepted: bool = False
-    changed: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 class OverlayClient:

@@ -26,7 +26,7 @@ table holds high-water marks per (target, stream), advanced atomically by `advan
 control follower's mirror of an agent's seq high-water mark, and the highest control seq whose
 effect the registry holds (see `deploy/publisher.py` `record_control`).
 
-Why one module of 763 lines: the overlay registry's state machine and its audit trail are
+Why one module: the overlay registry's state machine and its audit trail are
 written in the same transactions; apart, a transition could land without its event.
 """
 

@@ -15,7 +15,7 @@ Fail closed: the worker reports which isolation layers it applied (see `isolatio
 required layer is missing and `SandboxConfig.allow_unisolated` is False, the worker is killed,
 `isolated` is False, a loud log line says why, and every call returns `unisolated_refused`.
 
-Why one module of 587 lines: the parent's side of the worker pipe is one state machine (start,
+Why one module: the parent's side of the worker pipe is one state machine (start,
 call, fault accounting, recycle, close) around one process; its parts share the lock and the
 worker handle.
 """

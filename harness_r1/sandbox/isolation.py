@@ -22,7 +22,7 @@ Order and why:
 This module runs in the worker with `python -I -S`: standard library and ctypes only (pyseccomp
 is imported lazily, from the path the parent hands the worker). Linux only.
 
-Why one module of 523 lines: the worker's OS containment layers (rlimits, namespaces, seccomp,
+Why one module: the worker's OS containment layers (rlimits, namespaces, seccomp,
 the probe that proves them) are applied in one order at one point of the worker's start; apart,
 that order would be implicit.
 """

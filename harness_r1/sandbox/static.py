@@ -55,7 +55,7 @@ of names and subscripts is allowed, f-strings (with `!r`, `!s`, nested format sp
 allowed (they cannot read attributes by a string name, unlike str.format), `match` is allowed.
 `isinstance` is a builtin; `type`, `id`, `bytearray`, `memoryview`, `iter` and `print` are not.
 
-Why one module of 744 lines: one AST visitor whose rules share its walk and state (hook,
+Why one module: one AST visitor whose rules share its walk and state (hook,
 nesting, folded literals); split by rule, each part would need the whole visitor.
 """
 

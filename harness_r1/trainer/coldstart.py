@@ -44,7 +44,7 @@ Rejection buckets, in the order a candidate is judged: `unparseable`, `static:<c
 `infra_error`, `violation`, `hook_faults`, `regressive`, `no_effect` (only with
 `require_effect`). kept + all rejected == proposals, always.
 
-Why one module of 638 lines: a third of it is this docstring and the rejection rules; the
+Why one module: a third of it is this docstring and the rejection rules; the
 judging and the dataset writing are one pipeline whose output bytes must not depend on how it is
 cut.
 """

@@ -15,7 +15,7 @@ back). The completion ids run up to and including the first stop token, as a tra
 
 torch, transformers, peft and vllm are imported inside constructors, never at module import.
 
-Why one module of 597 lines: the three engineer backends (transformers, OpenAI-compatible HTTP,
+Why one module: the three engineer backends (transformers, OpenAI-compatible HTTP,
 vLLM) share the sample type, the token accounting and the stop rules that make their samples
 comparable in GRPO.
 """

@@ -13,7 +13,7 @@ The prompt is compact on purpose (the embedded engineer is a 135M model): the sy
 with its examples stays under ~1,500 SmolLM2 tokens (tested). Rendering is deterministic: the
 same packet and examples give the same messages, byte for byte.
 
-Why one module of 650 lines: the one rendering of a packet the engineer is trained, evaluated
+Why one module: the one rendering of a packet the engineer is trained, evaluated
 and served on; its token budget and its text change together, so SFT, GRPO and the daemon prompt
 alike.
 """

@@ -336,19 +336,3 @@ def finish_run(run_dir: Path, result: TrainResult) -> None:
         run_dir / "completed.json",
         {"version": result.version, "steps": result.metadata.get("steps")},
     )
-
-
-def settings_from(cls: type[Any], values: Mapping[str, Any]) -> Any:
-    """Settings from plain values (a CLI, a config file): unknown keys are an error, paths and
-    tuples are converted."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
-    converted = dict(values)
-    if "output_root" in converted:
-        converted["output_root"] = Path(converted["output_root"])
-    for name, value in list(converted.items()):
-        if isinstance(value, list):
-            converted[name] = tuple(value)
-    return cls(**converted)

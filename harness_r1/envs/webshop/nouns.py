@@ -92,8 +92,3 @@ def title_nouns(text: str) -> list[str]:
     """spaCy's nouns when available, else `approximate_nouns`."""
     nouns = spacy_nouns(text)
     return approximate_nouns(text) if nouns is None else nouns
-
-
-def noun_backend() -> str:
-    """Which rule `title_nouns` uses on this machine (reported in reward info)."""
-    return "spacy" if _spacy_model() is not None else "approximate"
