@@ -72,3 +72,16 @@ def test_module_prose_quotes_no_line_counts() -> None:
         if stale.search(line)
     ]
     assert quoting == [], quoting
+
+
+def test_each_package_docstring_lists_its_modules() -> None:
+    """A package's docstring names every module and subpackage it holds (its "Modules:"
+    list), so a reader knows from it what is where, and a module added is a module listed."""
+    missing = []
+    for package in sorted(p for p in ROOT.iterdir() if (p / "__init__.py").is_file()):
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        listed = doc.split("\nModules:\n", 1)[-1] if "\nModules:\n" in doc else ""
+        held = [f"{m.stem}.py" for m in package.glob("*.py") if m.stem != "__init__"]
+        held += [f"{d.name}/" for d in package.iterdir() if (d / "__init__.py").is_file()]
+        missing += [f"{package.name}: {name}" for name in held if f"- {name}:" not in listed]
+    assert missing == [], missing

@@ -1,7 +1,7 @@
 """`harness-r1 topics create|describe`: provision the deployment's topics with the recommended
 partitions, replication and configs (daemon/topics.py says why each), and show what a cluster
 has against those recommendations. Works against any Kafka; existing topics are never
-altered, only reported."""
+altered, only reported. And `harness-r1 broker`: a local broker for a trial."""
 
 from __future__ import annotations
 

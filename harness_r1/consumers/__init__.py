@@ -1,4 +1,20 @@
 """Consumers: turning trajectories into work, and the Kafka plumbing for it. The deterministic
 failure-packet extractor (packets.py, signals.py, constraints.py); the small Kafka helpers
 (kafka.py: producer, topic setup, a broadcast reader over every partition with positions the
-caller persists) and the embedded Kafka-protocol broker for demos and tests (broker.py)."""
+caller persists) and the embedded Kafka-protocol broker for demos and tests (broker.py).
+
+Modules:
+- broker.py: An embedded Kafka-protocol broker (tansu) for the demo and the tests
+- constraints.py: What a task requires (constraints) and how ids are masked, for failure packets
+- failure_modes.py: What an agent's failures look like: each failed episode's main failure mode,
+  from the same signals its failure packet counts ...
+- kafka.py: Small Kafka helpers shared by the agent-side overlay client (deploy) and the daemon
+- packets.py: The deterministic failure-packet extractor: a batch of trajectories -> one
+  FailurePacket
+- security.py: Kafka client security settings (TLS, SASL), kept apart from the clients
+  themselves so that reading settings does not import kafka-python ...
+- signals.py: Runtime signals of an episode, derived from its Trajectory alone (deterministic,
+  no env needed)
+- topics.py: Topic provisioning for operators: create topics with chosen partitions, replication
+  and configs, and describe what a cluster has, ...
+"""

@@ -1,4 +1,20 @@
-"""Pydantic models of every message and file format. Imports nothing else of harness_r1."""
+"""Pydantic models of every message and file format. Imports nothing else of harness_r1.
+
+Modules:
+- attribution.py: Who decided each action: the model, or a hook in its place
+- base.py: The envelope every message shares: a frozen pydantic model with a checked
+  schema_version
+- canary.py: Canary results: what a candidate patch did to the frozen target on a paired batch
+- envelopes.py: Signed envelopes for overlay releases and control commands
+- faults.py: The one list of ways a hook call can end without an effect
+- hooks.py: Hook names and the effects a hook may have; shared by the runtime, patches and
+  trajectories
+- packet.py: FailurePacket: what the engineer reads
+- patch.py: Patch: model-written hook code for one environment
+- schemas.py: JSON Schema export of every message (docs/schemas is the committed copy)
+- task.py: TaskSpec: one task of one environment, addressable by (env, split, task_id)
+- trajectory.py: Trajectory: one episode of a deployed (or canary) agent, as published to Kafka
+"""
 
 from harness_r1.contracts.attribution import (
     ActionOrigin,

@@ -2,4 +2,32 @@
 the embedded demo.
 
 Only `harness_r1.cli` imports this package.
+
+Modules:
+- canary_log.py: The daemon's canary progress as log lines: a canary runs for minutes, and the
+  person on call reading the log should see it move (and a ...
+- control.py: Control commands in: the daemon reads the control topic like every agent does,
+  accepts exactly what agents accept, and brings its ...
+- deadletter.py: Dead letters: a record that cannot become a stored trajectory, kept with why
+  and where from
+- grpo_job.py: The scheduled GRPO update: stored candidate groups -> one new engineer version
+- ingest.py: Trajectories in: Kafka -> validated -> deduplicated -> durable, then offsets
+  committed
+- loop.py: The continual-improvement loop: failure batch -> packet -> K proposals -> sandbox +
+  canary -> gate -> registry -> signed staged release ...
+- loop_config.py: The improvement loop's plain config: the one place its defaults live
+- observability.py: The daemon's logs, metrics and health endpoints
+- replayable.py: Which failed trajectories the canary can replay: those whose (env, split,
+  task_id) is in the daemon's benchmark data
+- service.py: The daemon process: ingest, canary workers, scheduled jobs, metrics and health,
+  one stop
+- topics.py: The topics a deployment needs and the settings recommended for each, derived from
+  the daemon's settings (names, the trajectory size limit)
+- wiring.py: Settings -> a running Daemon: the one place that knows every component's
+  constructor
+- demo/: `harness-r1 demo`: the whole loop on one machine, no external services, improving round
+  after round
+- settings/: Settings: read once at the entry point, passed down as plain objects
+- store/: The daemon's durable state: trajectories, consumer positions, failure batches and
+  results
 """

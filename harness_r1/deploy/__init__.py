@@ -4,4 +4,25 @@ registry.py (overlays, lineage, lifecycle, audit events; SQLAlchemy), signing.py
 envelopes, keys), publisher.py (signed releases and control commands, registry kept in step),
 client.py + state.py (the agent-side client: verify, swap at episode boundaries, survive the
 broker being away), guard.py + guard_loop.py (the live guard's sequential test and its
-promotion or rollback)."""
+promotion or rollback).
+
+Modules:
+- acceptance.py: When a verified release or control command is accepted: the rules beyond the
+  signature
+- agent.py: A deployed agent: the harness runtime driven under the overlay client's leases
+- client.py: The agent-side overlay client: what a deployed agent embeds next to the harness
+  runtime
+- cohort.py: Staged-release cohorts: which agents apply a release with `rollout_fraction < 1`
+- guard.py: The live guard: after a staged release, compare live success on the new overlay with
+  the agents kept on the previous harness (the ...
+- guard_loop.py: Wiring of the live guard: live trajectories in, one signed promotion or
+  rollback out
+- promotion.py: The release policy: what happens to a candidate the gate promoted
+- publisher.py: Publishing signed releases and control commands, with the registry kept in step
+- registry.py: The overlay registry: every patch the daemon has released or considered, and its
+  history
+- signing.py: Ed25519 signing of overlay releases and control commands, and their verification
+- sqlbase.py: What the overlay registry and the daemon's state store share about their database
+- state.py: The agent-side client's durable state: what it runs, what it has accepted, where it
+  reads
+"""

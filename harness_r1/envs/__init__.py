@@ -2,6 +2,20 @@
 
 Each benchmark is a subpackage exposing `SUITE: EnvSuite`; `get_suite(name)` imports it on
 demand so that listing envs does not import TextWorld or build catalogues.
+
+Modules:
+- base.py: The environment protocol (Gymnasium's spirit, text in and out) and how tasks are
+  prompted
+- conformance.py: check_env: the contract every environment must pass (Gymnasium's check_env,
+  for text envs)
+- data.py: Where benchmark data lives, and the error a user sees when a file is missing or
+  malformed
+- fetch.py: Get the official benchmark files and lay them out as the data root expects
+  (`harness-r1 data fetch ENV`)
+- alfworld/: ALFWorld: household tasks as real TextWorld games (alfworld 0.4.x), played offline
+- dbbench/: DBBench (AgentBench) on SQLite: answer questions about, or modify, one table with
+  SQL
+- webshop/: WebShop (Yao et al
 """
 
 from __future__ import annotations

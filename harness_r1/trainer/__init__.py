@@ -1,3 +1,48 @@
 """The harness engineer: prompt.py and engineer.py (generation backends), propose.py,
 teacher.py + templates/ (offline template teacher), coldstart*.py (the cold-start dataset),
-sft.py and grpo.py (TRL training, versioned adapters). torch/transformers/TRL load lazily."""
+sft.py and grpo.py (TRL training, versioned adapters). torch/transformers/TRL load lazily.
+
+Modules:
+- canary_reward.py: GRPO's online reward: the canary
+- coldstart.py: The cold-start dataset: teacher proposals that the sandbox and the canary proved
+  executable and non-regressive on the frozen target, as ...
+- coldstart_sources.py: Where the cold start's packets come from: trajectories of training-split
+  runs, cut into batches, each batch turned into one failure ...
+- deployed_target.py: Train the deployed target: LoRA on the embedded base from expert
+  demonstrations
+- engineer.py: Engineer generation backends: K sampled completions per prompt, with their token
+  ids
+- errors.py: The error every training entry point raises for inputs it cannot use, and the
+  signal of a run that stopped at its time budget
+- grpo.py: Outcome-based GRPO for the engineer with TRL's `GRPOTrainer`
+- heldout.py: How good is an engineer version? Its proposals on held-out packets, judged like
+  production
+- model_io.py: The base model and the policy a training run starts from: resolving and
+  fingerprinting the base, the LoRA configuration, loading model + ...
+- online.py: Online GRPO's packet -> batch resolver: which tasks, with which seeds, a packet's
+  patches are judged on, rebuilt from the ...
+- prompt.py: The engineer's prompt: a system message that teaches the hook surface, a user
+  message that renders one FailurePacket
+- propose.py: K candidate patches for one failure packet: sample, parse, check statically,
+  classify
+- replay.py: The replay-group format: what the daemon writes for every evaluated batch and
+  GRPO's replay mode trains on (`ReplayGroup`: prompt ids, K ...
+- runs.py: What every training run (SFT, GRPO) shares: the run key that makes a command
+  resumable, resumable run directories, the progress meter, ...
+- sft.py: Cold-start SFT of the engineer with TRL's `SFTTrainer`
+- shaping.py: Graded rewards for patches that never reached a fair canary comparison
+- target_experts.py: Expert demonstrations for the deployed target, played through the harness
+  runtime itself
+- target_sft.py: The tuned target (the paper's coevolution): the frozen target fine-tuned on its
+  own successful episodes, weights updated directly, then ...
+- teacher.py: Teachers for the engineer's cold start: something that writes K candidate patches
+  for a failure packet, in the engineer's exact output ...
+- template_calls.py: Template calls: an engineer's patch written as the template choices it
+  makes, not as code
+- versions.py: Published engineer adapters: `engineer/vNNNN/` (a peft adapter, its tokenizer and
+  `metadata.json`), numbered atomically and never ...
+- writers.py: The one role "writes patches": K candidate patches for a failure packet, in the
+  engineer's output format ...
+- templates/: The template teacher's library of parameterised hook templates (one module per env
+  plus the env-generic ones)
+"""
