@@ -129,9 +129,10 @@ def publish_command(
     Example: `harness-r1 publish runs/x.jsonl --dry-run`"""
     from harness_r1.cli.settings import cli_settings
     from harness_r1.daemon.replayable import ReplayableTasks
+    from harness_r1.daemon.tasks import TaskIndex
 
     settings = cli_settings(config)
-    replay = ReplayableTasks(settings.data_root)
+    replay = ReplayableTasks(TaskIndex(settings.data_root))
     checked = check_lines(read_lines(file), settings.kafka.max_record_bytes, replay.why_not)
     for line, reason in checked.invalid:
         typer.echo(f"{file}:{line.number}: {reason}", err=True)

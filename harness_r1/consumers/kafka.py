@@ -417,6 +417,12 @@ def position_key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
+def split_position_key(key: str) -> tuple[str, int]:
+    """(topic, partition) of a `position_key`."""
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
 def parse_positions(
     positions: Mapping[str, int], topics: Sequence[str]
 ) -> dict[TopicPartition, int]:
@@ -687,8 +693,7 @@ class BroadcastReader:
                         self._reset_partition(tp, reason)
         self._lost.update(other._lost)
         for key, why in held.items():
-            topic, _, partition = key.rpartition(":")
-            self.hold(topic, int(partition), why)
+            self.hold(*split_position_key(key), why)
 
     def hold(self, topic: str, partition: int, reason: str) -> None:
         """Stop fetching a partition (its records stay on the broker, its position where it
@@ -861,9 +866,7 @@ def partition_end(settings: KafkaSettings, topic: str, partition: int) -> int | 
     """The end of one partition's log (its high watermark), or None when the broker does
     not answer. One fetch first, so the exact fetch high watermark is known (see
     BroadcastReader.end_offsets for why ListOffsets alone is not enough on tansu)."""
-    with BroadcastReader(
-        settings, [topic], owns=lambda t, p: (t, p) == (topic, partition), max_poll_records=1
-    ) as reader:
+    with _one_partition(settings, topic, partition) as reader:
         reader.poll(500)
         return reader.end_offsets().get(position_key(topic, partition))
 
@@ -871,10 +874,15 @@ def partition_end(settings: KafkaSettings, topic: str, partition: int) -> int | 
 def partition_start(settings: KafkaSettings, topic: str, partition: int) -> int | None:
     """The first offset one partition's log still holds (0 unless retention removed the
     oldest records), or None when the broker does not answer."""
-    with BroadcastReader(
-        settings, [topic], owns=lambda t, p: (t, p) == (topic, partition), max_poll_records=1
-    ) as reader:
+    with _one_partition(settings, topic, partition) as reader:
         return reader.start_offsets().get(position_key(topic, partition))
+
+
+def _one_partition(settings: KafkaSettings, topic: str, partition: int) -> BroadcastReader:
+    """A reader of one partition, for a question about its log."""
+    return BroadcastReader(
+        settings, [topic], owns=lambda t, p: (t, p) == (topic, partition), max_poll_records=1
+    )
 
 
 def _to_record(message: Any) -> Record:

@@ -21,6 +21,8 @@ Modules:
   task_id) is in the daemon's benchmark data
 - service.py: The daemon process: ingest, canary workers, scheduled jobs, metrics and health,
   one stop
+- tasks.py: The benchmark tasks the daemon replays, by (env, split, task_id): one index per
+  daemon, shared by the canary (which replays a batch's tasks) and the ingest's replay check
 - topics.py: The topics a deployment needs and the settings recommended for each, derived from
   the daemon's settings (names, the trajectory size limit)
 - wiring.py: Settings -> a running Daemon: the one place that knows every component's

@@ -37,21 +37,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from harness_r1.consumers.packets import build_packet
-from harness_r1.contracts import FailurePacket, TaskSpec, Trajectory
+from harness_r1.contracts import FailurePacket, Trajectory
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
+from harness_r1.daemon.tasks import TaskIndex
 from harness_r1.deploy.guard import GuardDecision, Verdict, judge
 from harness_r1.deploy.guard_loop import enact
 from harness_r1.deploy.promotion import Promoter, Promotion
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry, OverlayState
-from harness_r1.envs import get_suite
 from harness_r1.harness import RunCancelled
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
@@ -80,35 +79,6 @@ class BatchOutcome:
     # per candidate, as the canary measured it (None: not evaluated): who decided the actions
     forced_shares: tuple[float | None, ...] = ()
     patch_alone: tuple[float | None, ...] = ()
-
-
-class TaskIndex:
-    """TaskSpecs by (env, split, task_id), loaded once per split from the data root.
-
-    The root may be given as a function, resolved on first use: a daemon that only ingests
-    (or has not sealed a batch yet) must start without benchmark data."""
-
-    def __init__(self, data_root: Path | Callable[[], Path]) -> None:
-        self._root = data_root
-        self._splits: dict[tuple[str, str], list[TaskSpec]] = {}
-
-    @property
-    def data_root(self) -> Path:
-        if callable(self._root):
-            self._root = self._root()
-        return self._root
-
-    def split(self, env: str, split: str) -> list[TaskSpec]:
-        key = (env, split)
-        if key not in self._splits:
-            self._splits[key] = get_suite(env).load_tasks(self.data_root, split)
-        return self._splits[key]
-
-    def get(self, env: str, split: str, task_id: str) -> TaskSpec:
-        for task in self.split(env, split):
-            if task.task_id == task_id:
-                return task
-        raise LookupError(f"task {task_id!r} is not in {env}/{split} of {self.data_root}")
 
 
 class LoopMetricsSink:

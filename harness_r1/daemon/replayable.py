@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 
+from harness_r1.daemon.tasks import TaskIndex
 from harness_r1.envs import ENV_NAMES, get_suite
 
 log = structlog.get_logger(__name__)
@@ -23,12 +23,11 @@ RETRY_S = 300.0
 
 
 class ReplayableTasks:
-    """Task ids per (env, split), read once from the data root (thread-safe)."""
+    """Task ids per (env, split) of the daemon's task index (the canary's: each split read
+    once for both), thread-safe."""
 
-    def __init__(
-        self, data_root: Path | Callable[[], Path], clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._root = data_root
+    def __init__(self, tasks: TaskIndex, clock: Callable[[], float] = time.monotonic) -> None:
+        self._tasks = tasks
         self._ids: dict[tuple[str, str], frozenset[str] | str] = {}  # ids, or why none
         self._lock = threading.Lock()
         self._no_data: str | None = None
@@ -59,8 +58,7 @@ class ReplayableTasks:
                 return None
             key = (env, split)
             if key not in self._ids:
-                root = self._data_root()
-                if root is None:
+                if not self._has_data():
                     return None
                 suite = get_suite(env)
                 if split not in suite.splits:
@@ -69,7 +67,7 @@ class ReplayableTasks:
                     )
                 else:
                     try:
-                        tasks = suite.load_tasks(root, split)
+                        tasks = self._tasks.split(env, split)
                     except Exception as err:  # noqa: BLE001 - DataError, OSError, a bad file
                         # cannot tell: let the failure through (its batch fails with the data's
                         # own message) and look again later (after `harness-r1 data fetch`)
@@ -86,13 +84,11 @@ class ReplayableTasks:
                     self._ids[key] = frozenset(t.task_id for t in tasks)
             return self._ids[key]
 
-    def _data_root(self) -> Path | None:
-        if not callable(self._root):
-            return self._root
+    def _has_data(self) -> bool:
         try:
-            self._root = self._root()
+            self._tasks.data_root  # noqa: B018 - resolves the root (once) or says why not
         except (SystemExit, RuntimeError, OSError) as err:
             self._no_data = str(err)
             log.warning("replay_check_off", reason=f"no benchmark data: {err}"[:300])
-            return None
-        return self._root
+            return False
+        return True

@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from harness_r1.consumers.kafka import split_position_key
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop
@@ -86,12 +87,6 @@ class IngestSink:
     def broker_error(self, op: str) -> None: ...
     def broker_reachable(self, up: bool) -> None: ...
     def partitions_held(self, held: dict[str, str]) -> None: ...  # "topic:partition" -> why
-
-
-def _partition_of(key: str) -> tuple[str, int]:
-    """("topic", partition) of a "topic:partition" key."""
-    topic, _, partition = key.rpartition(":")
-    return topic, int(partition)
 
 
 def _resilient_jobstore(url: str) -> Any:
@@ -320,7 +315,7 @@ class Daemon:
         if reader.held:
             return False, "; ".join(
                 f"ingest of {key} stopped: {why} (`harness-r1 ingest reset --partition "
-                f"{key.rpartition(':')[2]} --to earliest|latest`)"
+                f"{split_position_key(key)[1]} --to earliest|latest`)"
                 for key, why in reader.held.items()
             )
         why = self._store_error or self.ingest.reader.last_error or "no error reported"
@@ -456,7 +451,7 @@ class Daemon:
             reset = [
                 key
                 for key in ingest.reader.held
-                if stored.get(_partition_of(key), reader.get(key, 0)) != reader.get(key, 0)
+                if stored.get(split_position_key(key), reader.get(key, 0)) != reader.get(key, 0)
             ]
             if (ahead or reset) and not self._store_error:
                 log.info("ingest_store_positions_moved", ahead=ahead, reset=reset)
@@ -484,10 +479,8 @@ class Daemon:
         for key in held:
             if key not in starts:
                 continue  # the broker did not answer: next time
-            topic, _, partition = key.rpartition(":")
-            before = self.store.reset_position(
-                ingest.config.group, topic, int(partition), starts[key]
-            )
+            topic, partition = split_position_key(key)
+            before = self.store.reset_position(ingest.config.group, topic, partition, starts[key])
             log.warning(
                 "ingest_position_reset",
                 partition=key,
@@ -512,7 +505,7 @@ class Daemon:
                 kept = {
                     key: why
                     for key, why in held.items()
-                    if stored.get(_partition_of(key), 0) == positions.get(key, 0)
+                    if stored.get(split_position_key(key), 0) == positions.get(key, 0)
                 }
                 ingest.reader.adopt(old.reader, kept)
                 return ingest

@@ -26,6 +26,7 @@ from harness_r1.consumers.kafka import (
     make_producer,
     partition_end,
     publish,
+    split_position_key,
 )
 from harness_r1.contracts import CanaryReport, ControlCommand, ControlKind
 from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
@@ -33,13 +34,14 @@ from harness_r1.daemon.canary_log import LoggedCanaryProgress
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.grpo_job import EngineerVersions
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
-from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink, TaskIndex
+from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.observability import DaemonMetrics, HealthServer, env_label
 from harness_r1.daemon.replayable import ReplayableTasks
 from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
+from harness_r1.daemon.tasks import TaskIndex
 from harness_r1.deploy.guard import GuardConfig
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
 from harness_r1.deploy.registry import OverlayRegistry
@@ -110,8 +112,8 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
 
     def partitions_held(self, held: dict[str, str]) -> None:
         for key in held.keys() | self._held:
-            topic, _, partition = key.rpartition(":")
-            self.m.partition_held.labels(topic=topic, partition=partition).set(
+            topic, partition = split_position_key(key)
+            self.m.partition_held.labels(topic=topic, partition=str(partition)).set(
                 1 if key in held else 0
             )
         self._held = set(held)
@@ -373,6 +375,7 @@ def build_daemon(
             ),
             DeployMetrics(registry),
         )
+    tasks = TaskIndex(_lazy_data_root(settings))  # the canary's and the replay check's
     loop = ImprovementLoop(
         store,
         overlays,
@@ -385,7 +388,7 @@ def build_daemon(
             sandbox_metrics=SandboxMetrics(registry),
             cancel=cancel,
         ),
-        TaskIndex(_lazy_data_root(settings)),
+        tasks,
         loop_config(settings),
         publisher,
         adapter,
@@ -409,7 +412,7 @@ def build_daemon(
         max_record_bytes=settings.kafka.max_record_bytes,
     )
     scheduler = settings.scheduler
-    replay = ReplayableTasks(_lazy_data_root(settings))
+    replay = ReplayableTasks(tasks)
     versions = _engineer_versions(settings, loop) if proposer is None else None
     daemon = Daemon(
         store,
@@ -499,18 +502,8 @@ class IngestSkipper:
         self.store.advance_positions(self.group, {key: command.offset})
         if self.daemon is not None:
             self.daemon.request_ingest_reopen()
-        body: dict[str, Any] = {
-            "group": self.group,
-            "topic": command.topic,
-            "partition": command.partition,
-            "from_offset": before,
-            "to_offset": command.offset,
-            "records_skipped": command.offset - before,
-            "actor": command.actor,
-            "reason": command.reason,
-            "seq": command.seq,
-            "key_id": command.key_id,
-        }
+        body = _reset_body(command, self.group, before)
+        body["records_skipped"] = command.offset - before
         return self._record("ingest_offset_skipped", body)
 
     def _record(self, event: str, body: dict[str, Any]) -> str:
@@ -543,6 +536,7 @@ class IngestSkipper:
 
 
 def _reset_body(command: ControlCommand, group: str, before: int) -> dict[str, Any]:
+    """What an applied skip or reset puts on record (log and events topic)."""
     return {
         "group": group,
         "topic": command.topic,

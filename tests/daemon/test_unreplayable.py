@@ -75,9 +75,10 @@ def test_an_env_whose_data_cannot_be_read_lets_failures_through(tmp_path: Path) 
     """A data root holding DBBench only: a WebShop failure cannot be checked, so it is let
     through (as before the check), and nothing raises into the ingest loop."""
     from harness_r1.daemon.replayable import ReplayableTasks
+    from harness_r1.daemon.tasks import TaskIndex
 
     root = tmp_path / "data"
     (root / "dbbench").mkdir(parents=True)
-    replay = ReplayableTasks(root)
+    replay = ReplayableTasks(TaskIndex(root))
     assert replay.why_not("webshop", "fixed_heldout", "fixed_41") is None
     assert replay.why_not("nope", "dev", "x") is not None  # an env it never replays
