@@ -3,7 +3,7 @@
 Expected: `<think>...</think><patch>SECTIONS</patch>` where SECTIONS is the sectioned format of
 `.patch` files (`render_sections`): an optional `# env: NAME` line, `# description: ...`, then
 per hook a line `# === hook: NAME ===` (or `(replace)` / `(remove)`) and its code, as written:
-no quoting, so no escape a small engineer can get wrong (session 10: 36 of 57 invalid proposals
+no quoting, so no escape a small engineer can get wrong (measured: 36 of 57 invalid proposals
 of the 135M engineer were invalid JSON, code inside a JSON string). The older
 `<patch>{json}</patch>` is still read (larger teachers write JSON well; rows and overlays written
 before keep parsing); a body that starts with `{` is JSON. Tolerated, because small models drift:
@@ -51,7 +51,7 @@ def dump_patch_json(body: dict[str, Any]) -> str:
     still the fallback of `trainer.prompt.render_completion`): `json.dumps` with the `\\n`
     escapes of strings written as raw newlines, so each hook's code reads as Python.
 
-    Why: a 135M engineer garbled escaped code (session 4: 7 of 8 samples invalid JSON); raw
+    Why: a 135M engineer garbled escaped code (7 of 8 samples invalid JSON, measured); raw
     newlines are what it saw in pretraining. `parse_engineer_output` reads this (its decoder is
     not strict) as well as standard JSON, which larger teachers write.
     """

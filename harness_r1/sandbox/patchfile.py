@@ -5,7 +5,7 @@ examples): header comments `# env: NAME` and `# description: ...` (continued on 
 `#   ` lines), then one section per hook introduced by `# === hook: NAME ===`, or
 `# === hook: NAME (replace) ===` / `(remove)` (no code) for a link that changes the incumbent's.
 The engineer's output uses the same sections (`sandbox.parse.read_sections`), read loosely for
-a small model's drift: since session 11 a file's section lines may vary in spaces and `=`
+a small model's drift: a file's section lines may vary in spaces and `=`
 (an indented one is a section line too), an unknown `(mode)` is an error instead of code, and
 an empty section's code is "" (it was "\n"). The shipped reference patches read the same.
 """

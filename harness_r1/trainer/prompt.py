@@ -422,7 +422,7 @@ def _rules_section(limits: StaticLimits) -> list[str]:
 
 def _format_section(hooks: Sequence[HookName]) -> list[str]:
     # the hook names as separate choices: written as one "a|b|c" string, a small engineer
-    # copied the whole string as a hook name (session 4's held-out run)
+    # copied the whole string as a hook name (seen in a held-out run)
     names = ", ".join(hooks)
     return [
         "## Answer format",

@@ -479,7 +479,7 @@ def _phrase(feature: str, features: Features) -> str:
 def _think(features: Features, choices: Sequence[TemplateChoice]) -> str:
     """Terse on purpose: the signals, then one clause per template. A 135M engineer trained on
     longer, packet-specific prose (task types, reasons, parameters) rambled on in its think
-    block at sampling time and never reached the patch (session 5's held-out samples)."""
+    block at sampling time and never reached the patch (seen in held-out samples)."""
     strong = [f for f in SUMMARY_SIGNALS if features.counts.get(f, 0) > 0 and features[f] > 0]
     strong.sort(key=lambda f: -features[f])
     signals = ", ".join(_phrase(f, features) for f in strong[:4]) or "no strong runtime signal"

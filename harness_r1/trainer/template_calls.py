@@ -11,8 +11,8 @@ and no hook section: the patch is the teacher's rendering of those choices (`cho
 them back, `TemplateTeacher.render_patch` composes them), checked like any other patch.
 
 Why: a 135M engineer learns *which* template and parameters a packet needs (what the cold
-start's rewards teach) long before it can copy a 25-line hook body token for token. Session 14
-measured it on WebShop's held-out packets: the SFT engineer named the winning template
+start's rewards teach) long before it can copy a 25-line hook body token for token. It was
+measured on WebShop's held-out packets: the SFT engineer named the winning template
 (`ws_pick_options(buy=True, ...)`) in every proposal, then wrote bodies that forced invalid
 actions (13 of 20 refused statically, the valid 7 at canary delta 0), where the teacher's
 rendering of the same choice won +0.5 to +0.75. A call separates the decision, which is the
