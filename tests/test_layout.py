@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import harness_r1
 
@@ -85,3 +87,40 @@ def test_each_package_docstring_lists_its_modules() -> None:
         held += [f"{d.name}/" for d in package.iterdir() if (d / "__init__.py").is_file()]
         missing += [f"{package.name}: {name}" for name in held if f"- {name}:" not in listed]
     assert missing == [], missing
+
+
+def code_shape() -> ModuleType:
+    """benchmarks/code_shape.py: the import graph as the before/after table measures it."""
+    import importlib.util
+
+    script = ROOT.parent / "benchmarks" / "code_shape.py"
+    spec = importlib.util.spec_from_file_location("code_shape", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_graph() -> tuple[ModuleType, dict[str, set[str]], set[str]]:
+    shape = code_shape()
+    files = {
+        str(path.relative_to(ROOT.parent)): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(ROOT.rglob("*.py"))
+    }
+    packages = {shape.module_name(p) for p in files if p.endswith("/__init__.py")}
+    modules = {shape.module_name(p) for p in files}
+    graph = {
+        shape.module_name(path): set(shape.imported_modules(tree, packages, modules)) & modules
+        for path, tree in files.items()
+    }
+    return shape, graph, packages
+
+
+def test_no_modules_import_each_other() -> None:
+    """No import circle, lazy imports included: a lazy import that hides a circle still ties
+    the two modules' meanings together."""
+    shape, graph, _ = import_graph()
+    for module, targets in graph.items():
+        targets.discard(module)
+    assert shape.circles(graph) == []

@@ -48,7 +48,7 @@ _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 
 def dump_patch_json(body: dict[str, Any]) -> str:
     """The patch JSON as engineers were taught to write it before the sectioned format (and
-    still the fallback of `trainer.prompt.render_completion`): `json.dumps` with the `\\n`
+    still the fallback of `render_completion`): `json.dumps` with the `\\n`
     escapes of strings written as raw newlines, so each hook's code reads as Python.
 
     Why: a 135M engineer garbled escaped code (7 of 8 samples invalid JSON, measured); raw
@@ -113,6 +113,29 @@ def _sections_text(patch: Patch, *, with_env: bool) -> str:
         if hook.code.strip():
             lines.append(hook.code.rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def patch_json(patch: Patch) -> str:
+    """The JSON form of a patch inside <patch> (the older output format, still read; used when
+    a patch's code cannot be written in sections): description and hooks, env implied."""
+    body = {
+        "description": patch.description,
+        "hooks": [h.model_dump(mode="json") for h in patch.hooks],
+    }
+    return dump_patch_json(body)
+
+
+def render_completion(patch: Patch, think: str = "") -> str:
+    """A patch in the exact output format (what a teacher writes and SFT trains on;
+    `parse_engineer_output` reads it back): `<think>...</think><patch>` then the
+    sections of `render_sections` without the env (the caller knows it), then
+    `</patch>`. Code is written as it reads: nothing to escape. A patch whose code holds a
+    section line or `</patch>` is written as JSON instead (`patch_json`)."""
+    try:
+        body = "\n" + render_sections(patch, with_env=False)
+    except ValueError:  # it would not read back equal in sections
+        body = patch_json(patch)
+    return f"<think>{think.strip()}</think><patch>{body}</patch>"
 
 
 def read_sections(text: str) -> dict[str, Any]:

@@ -1,6 +1,14 @@
-"""The harness engineer: prompt.py and engineer.py (generation backends), propose.py,
-teacher.py + templates/ (offline template teacher), coldstart*.py (the cold-start dataset),
-sft.py and grpo.py (TRL training, versioned adapters). torch/transformers/TRL load lazily.
+"""The harness engineer: what proposes patches and what trains the model that proposes them.
+
+Two halves, one package. Proposing (what the daemon runs on every batch): prompt.py,
+engineer.py (generation backends), propose.py (samples through the sandbox's intake),
+writers.py, teacher.py + templates/ + template_calls.py. Training (offline jobs, and the GRPO
+updates the daemon schedules): coldstart*.py, sft.py, grpo.py, runs.py, model_io.py,
+versions.py, replay.py, canary_reward.py, online.py, shaping.py, heldout.py and the target's
+target_*.py / deployed_target.py. Why one package: training reads what proposing writes, turn
+for turn (the prompt, the template calls, the output format SFT rows are rendered in), and the
+daemon runs both; each training module imports torch/transformers/TRL lazily, so the proposing
+half starts without them.
 
 Modules:
 - canary_reward.py: GRPO's online reward: the canary
@@ -23,8 +31,8 @@ Modules:
   patches are judged on, rebuilt from the ...
 - prompt.py: The engineer's prompt: a system message that teaches the hook surface, a user
   message that renders one FailurePacket
-- propose.py: K candidate patches for one failure packet: sample, parse, check statically,
-  classify
+- propose.py: K candidate patches for one failure packet: sample, then classify each through
+  the intake
 - replay.py: The replay-group format: what the daemon writes for every evaluated batch and
   GRPO's replay mode trains on (`ReplayGroup`: prompt ids, K ...
 - runs.py: What every training run (SFT, GRPO) shares: the run key that makes a command
@@ -39,8 +47,8 @@ Modules:
   for a failure packet, in the engineer's exact output ...
 - template_calls.py: Template calls: an engineer's patch written as the template choices it
   makes, not as code
-- versions.py: Published engineer adapters: `engineer/vNNNN/` (a peft adapter, its tokenizer and
-  `metadata.json`), numbered atomically and never ...
+- versions.py: Published engineer adapters: `engineer/vNNNN/` (a peft adapter and
+  `metadata.json`), numbered atomically and never overwritten
 - writers.py: The one role "writes patches": K candidate patches for a failure packet, in the
   engineer's output format ...
 - templates/: The template teacher's library of parameterised hook templates (one module per env

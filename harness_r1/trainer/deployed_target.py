@@ -183,7 +183,7 @@ def train_deployed(
             ],
         },
     )
-    result = publish_version(settings.output_root, save_adapter(trainer, tokenizer), metadata)
+    result = publish_version(settings.output_root, save_adapter(trainer), metadata)
     finish_run(run_dir, result)
     return DeployedRun(result, len(rows), trained, total)
 

@@ -458,7 +458,7 @@ def _run(job: _Job, start: _Start) -> TrainResult:
         resumed_from=resume,
         extra={**recorder.metadata(), **job.extra(recorder)},
     )
-    result = publish_version(start.settings.output_root, save_adapter(trainer, tokenizer), metadata)
+    result = publish_version(start.settings.output_root, save_adapter(trainer), metadata)
     finish_run(run_dir, result)
     return result
 

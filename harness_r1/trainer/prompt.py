@@ -53,9 +53,11 @@ from harness_r1.sandbox.hooklib import (
     MATH_EXPORTS,
     RE_EXPORTS,
 )
-from harness_r1.sandbox.parse import dump_patch_json, render_sections
+from harness_r1.sandbox.parse import render_completion
 from harness_r1.sandbox.patchfile import reference_patches
 from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits
+from harness_r1.trainer.teacher import TemplateChoice
+from harness_r1.trainer.templates import templates_for
 
 ChatMessage = dict[str, str]
 
@@ -179,29 +181,6 @@ ANSWER_SHAPE = (
     "    ...",
     "</patch>",
 )
-
-
-def patch_json(patch: Patch) -> str:
-    """The JSON form of a patch inside <patch> (the older output format, still read; used when
-    a patch's code cannot be written in sections): description and hooks, env implied."""
-    body = {
-        "description": patch.description,
-        "hooks": [h.model_dump(mode="json") for h in patch.hooks],
-    }
-    return dump_patch_json(body)
-
-
-def render_completion(patch: Patch, think: str = "") -> str:
-    """A patch in the exact output format (what a teacher writes and SFT trains on;
-    `sandbox.parse.parse_engineer_output` reads it back): `<think>...</think><patch>` then the
-    sections of `sandbox.parse.render_sections` without the env (the caller knows it), then
-    `</patch>`. Code is written as it reads: nothing to escape. A patch whose code holds a
-    section line or `</patch>` is written as JSON instead (`patch_json`)."""
-    try:
-        body = "\n" + render_sections(patch, with_env=False)
-    except ValueError:  # it would not read back equal in sections
-        body = patch_json(patch)
-    return f"<think>{think.strip()}</think><patch>{body}</patch>"
 
 
 # -- examples -------------------------------------------------------------------------------
@@ -516,13 +495,10 @@ def template_menu(
     """The library templates an engineer may name instead of writing code (a template call,
     `trainer.template_calls`), each as the call of its default parameters, among `hooks`.
 
-    Why in the prompt: the session-16 SFT engineer, trained on calls but never shown the
+    Why in the prompt: an SFT engineer trained on calls but never shown the
     library, invented names from the packet's task types (`alfworld_pick_and_place_simple`)
     and every ALFWorld proposal was refused as a bad call; a name it can copy is a name it
     gets right. Defaults only: the values a packet needs are what the cold start teaches."""
-    from harness_r1.trainer.teacher import TemplateChoice  # it imports this module
-    from harness_r1.trainer.templates import templates_for
-
     calls = [
         TemplateChoice.of(t.name).label()
         for t in templates_for(env)

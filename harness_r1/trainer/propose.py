@@ -1,12 +1,12 @@
-"""K candidate patches for one failure packet: sample, parse, check statically, classify.
+"""K candidate patches for one failure packet: sample, then classify each through the intake.
 
-A proposal is `valid` when its text parses into a Patch for the packet's env
-(`sandbox.parse.parse_engineer_output`) and the patch passes every static check
-(`sandbox.static.check_patch`). Otherwise `stage` says where it failed ("parse", "scope": a
-hook this engineer may not write, or "static") and `reason` carries the stable code: a
-ParseCode (`no_patch_block`, `invalid_json`, ...), `hook_not_allowed`, or the first static
-violation's Code (`banned_import`, ...). Valid proposals still have to run in
-the isolated worker and the canary; that is not done here.
+Each sample goes once through the sandbox's intake (`sandbox.intake.take_in`), with the
+template library's calls rendered by `template_calls`: a proposal is `valid` when its text
+parses (or renders) into a Patch for the packet's env, writes only the hooks allowed and passes
+every static check. Otherwise `stage` says where it failed ("parse", "scope" or "static") and
+`reason` carries the stable code (a ParseCode, `hook_not_allowed`, `bad_template_call` or the
+first static violation's Code). Valid proposals still have to run in the isolated worker and
+the canary; that is not done here.
 
 `propose_command` is what `harness-r1 engineer propose PACKET -k 4` runs: PACKET is a
 FailurePacket JSON file, or a trajectories JSONL file whose first packet is built.
@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
 from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
 from harness_r1.contracts import FailurePacket, HookName, Patch
-from harness_r1.sandbox.intake import first_violation
-from harness_r1.sandbox.parse import ParseResult, parse_engineer_output
-from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.sandbox.intake import Intake, Stage, take_in
+from harness_r1.sandbox.static import StaticLimits
 from harness_r1.trainer.engineer import (
     DEFAULT_MAX_NEW_TOKENS,
     EngineerBackend,
@@ -36,11 +34,7 @@ from harness_r1.trainer.engineer import (
     build_engineer,
 )
 from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
-from harness_r1.trainer.template_calls import CallResult, template_call
-
-Stage = Literal["parse", "scope", "static"]
-#: the reason of a template call that names templates wrongly (stage "parse")
-BAD_TEMPLATE_CALL = "bad_template_call"
+from harness_r1.trainer.template_calls import template_call
 
 
 @dataclass(frozen=True)
@@ -100,53 +94,17 @@ def classify(
     limits: StaticLimits | None = None,
     hooks: Collection[HookName] = tuple(HookName),
 ) -> Proposal:
-    """Parse and statically check one sample; `hooks`: the hooks this engineer may write (a
-    patch writing another is refused at stage "scope"). A template call (`template_calls`) is
-    rendered into its patch first; one that names templates wrongly is refused at stage "parse"
-    as `bad_template_call`. Never raises (no layer does)."""
-    call = _template_call(sample.text, env, limits)
-    if call is not None and call.patch is None:
-        return Proposal(index=index, sample=sample, patch=None, valid=False, stage="parse",
-                        reason=BAD_TEMPLATE_CALL, message=call.error or "",
-                        codes=(BAD_TEMPLATE_CALL,))  # fmt: skip
-    parsed = (
-        parse_engineer_output(sample.text, env=env)
-        if call is None
-        else ParseResult(patch=call.patch, notes=("template call",))
-    )
-    refused = partial(
-        Proposal, index=index, sample=sample, patch=parsed.patch, valid=False, notes=parsed.notes
-    )
-    if parsed.patch is None:
-        code = None if parsed.code is None else str(parsed.code)
-        codes = () if code is None else (code,)
-        return refused(stage="parse", reason=code, message=parsed.message, codes=codes)
-    foreign = sorted({str(h.hook) for h in parsed.patch.hooks} - {str(h) for h in hooks})
-    if foreign:
-        allowed = ", ".join(str(h) for h in hooks)
-        message = f"writes {', '.join(foreign)}; this engineer may write only {allowed}"
-        return refused(
-            stage="scope", reason="hook_not_allowed", message=message, codes=("hook_not_allowed",)
-        )
-    report = check_patch(parsed.patch, limits)
-    first = first_violation(report)
-    if first is not None:
-        where = f"{first.hook} line {first.line}: " if first.hook and first.line else ""
-        return refused(
-            stage="static",
-            reason=str(first.code),
-            message=where + first.message,
-            codes=tuple(report.codes()),
-        )
-    return Proposal(index=index, sample=sample, patch=parsed.patch, valid=True, notes=parsed.notes)
+    """One sample through the sandbox's intake (`sandbox.intake.take_in`), with the template
+    library's calls rendered (`template_calls`); `hooks`: the hooks this engineer may write.
+    Never raises (no layer does)."""
+    taken = take_in(sample.text, env, limits=limits, hooks=hooks, render_call=template_call)
+    return Proposal(index=index, sample=sample, **asdict_shallow(taken))
 
 
-def _template_call(text: str, env: str, limits: StaticLimits | None) -> CallResult | None:
-    """`template_call`, never raising (classify's contract): an unexpected error is a bad call."""
-    try:
-        return template_call(text, env, limits)
-    except Exception as err:  # noqa: BLE001 - classify never raises
-        return CallResult(error=f"template call: {type(err).__name__}")
+def asdict_shallow(taken: Intake) -> dict[str, Any]:
+    """An Intake's fields as keyword arguments (not `dataclasses.asdict`: the patch stays a
+    Patch)."""
+    return {f.name: getattr(taken, f.name) for f in fields(taken)}
 
 
 def propose_patches(

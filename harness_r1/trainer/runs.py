@@ -323,10 +323,12 @@ def run_metadata(
     }
 
 
-def save_adapter(trainer: Any, tokenizer: Any) -> Callable[[Path], None]:
+def save_adapter(trainer: Any) -> Callable[[Path], None]:
+    """A writer of the trained adapter alone: the tokenizer is the base model's, which its
+    package ships, so a version holds no 3.5 MB copy of it."""
+
     def write(directory: Path) -> None:
         trainer.model.save_pretrained(str(directory))
-        tokenizer.save_pretrained(str(directory))
 
     return write
 

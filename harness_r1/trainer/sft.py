@@ -16,8 +16,9 @@ Layout under `settings.output_root` (the same for GRPO):
   it from its last checkpoint; asking for no more starts a new attempt (a finished run is never
   trained twice).
 - `engineer/vNNNN/`: the published adapter of one finished run (peft `adapter_config.json` +
-  weights, the tokenizer, `metadata.json`). The next free number is taken atomically (the
-  version is written under a temporary name and renamed); a version is never overwritten.
+  weights, `metadata.json`; the tokenizer is the base model's). The next free number is taken
+  atomically (the version is written under a temporary name and renamed); a version is never
+  overwritten.
 
 torch, transformers, trl, peft and datasets are imported inside functions (the `train` extra:
 `pip install 'harness-r1[train]'`), never at module import.
@@ -280,7 +281,7 @@ def train_sft(
             "dataset": {"path": str(dataset_path), "sha256": dataset_sha, "rows": len(rows)},
         },
     )
-    result = publish_version(settings.output_root, save_adapter(trainer, tokenizer), metadata)
+    result = publish_version(settings.output_root, save_adapter(trainer), metadata)
     finish_run(run_dir, result)
     return result
 

@@ -130,8 +130,9 @@ def write_rows(rows: Sequence[dict[str, Any]], path: Path) -> None:
 
 
 def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
-    """The base model with the LoRA adapter folded into its weights, saved with its tokenizer
-    as a plain checkpoint (written under a temporary name, then renamed: never half-written)."""
+    """The base model with the LoRA adapter folded into its weights, saved with the base's
+    tokenizer (an adapter carries none) as a plain checkpoint (written under a temporary name,
+    then renamed: never half-written)."""
     import shutil
 
     from peft import PeftModel
@@ -142,6 +143,6 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     base = AutoModelForCausalLM.from_pretrained(str(base_dir))
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(str(tmp))
-    AutoTokenizer.from_pretrained(str(adapter_dir)).save_pretrained(str(tmp))
+    AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(tmp))
     tmp.rename(out_dir)
     return out_dir

@@ -45,8 +45,8 @@ from typing import Any
 
 from harness_r1.contracts import FailurePacket, HookCode, HookMode, HookName, Patch
 from harness_r1.sandbox.intake import check
+from harness_r1.sandbox.parse import render_completion
 from harness_r1.sandbox.static import StaticLimits
-from harness_r1.trainer.prompt import render_completion
 from harness_r1.trainer.templates import TEMPLATES, templates_for
 from harness_r1.trainer.templates.base import (
     Features,

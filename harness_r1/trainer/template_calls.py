@@ -31,9 +31,9 @@ sandbox layer does not know the trainer's templates.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from harness_r1.contracts import Patch
+from harness_r1.sandbox.intake import RenderedCall
 from harness_r1.sandbox.parse import (
     MAX_INPUT_CHARS,
     SECTION_LINE,
@@ -49,16 +49,7 @@ from harness_r1.trainer.templates import TEMPLATES
 _CALL_LINE = re.compile(r"#[ \t]*description:[ \t]*templates:[ \t]*(.*)", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class CallResult:
-    """`patch` for a call that renders; `error` for one that names templates wrongly (an
-    unknown value, a template without its parameters, a combination that cannot compose)."""
-
-    patch: Patch | None = None
-    error: str | None = None
-
-
-def template_call(text: str, env: str, limits: StaticLimits | None = None) -> CallResult | None:
+def template_call(text: str, env: str, limits: StaticLimits | None = None) -> RenderedCall | None:
     """The patch a call renders, an error for a call that names a template wrongly, or None
     when `text` is no call (free code, JSON, no patch block, another description: parsed as
     usual). Strict: every name listed must be a template of the library for `env`, listed once,
@@ -76,13 +67,13 @@ def template_call(text: str, env: str, limits: StaticLimits | None = None) -> Ca
     description = "templates: " + " ".join(found.group(1).split())
     refusal = _naming_error(description, env)
     if refusal is not None:
-        return CallResult(error=f"template call: {refusal}")
+        return RenderedCall(error=f"template call: {refusal}")
     teacher = TemplateTeacher(TeacherConfig(limits=limits or StaticLimits()))
     try:
         choices = choices_in(description)
-        return CallResult(patch=teacher.render_patch(env, choices, description=description))
+        return RenderedCall(patch=teacher.render_patch(env, choices, description=description))
     except (ValueError, KeyError) as err:
-        return CallResult(error=f"template call: {err}")
+        return RenderedCall(error=f"template call: {err}")
 
 
 def _naming_error(description: str, env: str) -> str | None:

@@ -1,5 +1,6 @@
-"""Published engineer adapters: `engineer/vNNNN/` (a peft adapter, its tokenizer and
-`metadata.json`), numbered atomically and never overwritten; shared by SFT, GRPO and the daemon."""
+"""Published engineer adapters: `engineer/vNNNN/` (a peft adapter and `metadata.json`; the
+tokenizer is the base model's), numbered atomically and never overwritten; shared by SFT, GRPO
+and the daemon."""
 
 from __future__ import annotations
 

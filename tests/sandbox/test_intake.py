@@ -11,7 +11,15 @@ from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.sandbox.canary import BaselineCache, CanaryConfig
 from harness_r1.sandbox.canary_factory import build_canary_runner
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
-from harness_r1.sandbox.intake import check, rejection, static_validator
+from harness_r1.sandbox.intake import (
+    BAD_TEMPLATE_CALL,
+    RenderedCall,
+    check,
+    rejection,
+    static_validator,
+    take_in,
+)
+from harness_r1.sandbox.parse import render_completion
 from harness_r1.sandbox.static import StaticLimits, check_patch
 
 GOOD = Patch(
@@ -66,3 +74,62 @@ def test_the_canary_factory_assembles_isolated_workers_and_the_intake(tmp_path: 
         assert hooks.config is sandbox and hooks.overlay_id == "cand-1"
     finally:
         hooks.close()
+
+
+# -- an engineer's text taken in once -------------------------------------------------------
+
+
+def completion(patch: Patch) -> str:
+    return render_completion(patch, "why")
+
+
+def test_a_text_that_parses_and_checks_is_valid() -> None:
+    taken = take_in(completion(GOOD), "dbbench")
+    assert taken.valid and taken.stage is None and taken.patch == GOOD
+
+
+def test_each_refusal_names_its_stage_and_code() -> None:
+    unparsed = take_in("no patch here", "dbbench")
+    assert (unparsed.valid, unparsed.stage, unparsed.patch) == (False, "parse", None)
+    assert unparsed.reason == "no_patch_block" and unparsed.codes == ("no_patch_block",)
+
+    scoped = take_in(completion(GOOD), "dbbench", hooks=(HookName.PRE_ACTION,))
+    assert (scoped.stage, scoped.reason) == ("scope", "hook_not_allowed")
+    assert "pre_decision" in scoped.message and scoped.patch == GOOD
+
+    hostile = take_in(completion(HOSTILE), "dbbench")
+    assert (hostile.stage, hostile.reason) == ("static", "top_level_statement")
+    assert hostile.message.startswith("pre_decision line 1: ")
+
+
+def test_a_rendered_call_is_checked_like_written_code() -> None:
+    def renders_hostile(text: str, env: str, limits: StaticLimits | None) -> RenderedCall:
+        return RenderedCall(patch=HOSTILE)
+
+    taken = take_in("anything", "dbbench", render_call=renders_hostile)
+    assert (taken.stage, taken.reason, taken.notes) == (
+        "static",
+        "top_level_statement",
+        ("template call",),
+    )
+
+
+def test_a_bad_call_and_a_renderer_that_raises_are_refused_never_raised() -> None:
+    def names_nothing(text: str, env: str, limits: StaticLimits | None) -> RenderedCall:
+        return RenderedCall(error="template call: 'x' names no template of the library")
+
+    def breaks(text: str, env: str, limits: StaticLimits | None) -> RenderedCall:
+        raise KeyError("boom")
+
+    refused = take_in("anything", "dbbench", render_call=names_nothing)
+    assert (refused.stage, refused.reason) == ("parse", BAD_TEMPLATE_CALL)
+    assert "names no template" in refused.message
+    broken = take_in("anything", "dbbench", render_call=breaks)
+    assert (broken.reason, broken.message) == (BAD_TEMPLATE_CALL, "template call: KeyError")
+
+
+def test_text_that_is_no_call_is_parsed_as_written() -> None:
+    def no_call(text: str, env: str, limits: StaticLimits | None) -> None:
+        return None
+
+    assert take_in(completion(GOOD), "dbbench", render_call=no_call).valid

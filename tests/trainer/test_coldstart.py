@@ -33,6 +33,7 @@ from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryRunner
 from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
 from harness_r1.sandbox.intake import static_validator
+from harness_r1.sandbox.parse import render_completion
 from harness_r1.trainer.coldstart import (
     DATASET_FILE,
     PACKETS_FILE,
@@ -50,7 +51,7 @@ from harness_r1.trainer.coldstart_sources import (
     sources_from_trajectories,
 )
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.prompt import engineer_messages, render_completion
+from harness_r1.trainer.prompt import engineer_messages
 from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration

@@ -41,7 +41,7 @@ from harness_r1.sandbox.hooklib import (
     CATCHABLE_EXCEPTIONS,
     RE_EXPORTS,
 )
-from harness_r1.sandbox.parse import parse_engineer_output
+from harness_r1.sandbox.parse import parse_engineer_output, render_completion
 from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits, check_patch
 from harness_r1.trainer import prompt as prompt_module
 from harness_r1.trainer.engineer import (
@@ -68,7 +68,6 @@ from harness_r1.trainer.prompt import (
     hooks_without,
     limits_stated,
     reference_example,
-    render_completion,
     system_prompt,
     template_menu,
 )

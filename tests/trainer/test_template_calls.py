@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 from harness_r1.contracts import Patch
+from harness_r1.sandbox.intake import BAD_TEMPLATE_CALL
+from harness_r1.sandbox.parse import render_completion
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.prompt import render_completion
-from harness_r1.trainer.propose import BAD_TEMPLATE_CALL, classify
+from harness_r1.trainer.propose import classify
 from harness_r1.trainer.shaping import PARSE_WEIGHTS
 from harness_r1.trainer.teacher import TemplateChoice, TemplateTeacher
 from harness_r1.trainer.template_calls import as_call, template_call

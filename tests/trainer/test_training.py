@@ -30,6 +30,7 @@ from harness_r1.contracts import (
     TaskSpec,
 )
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
+from harness_r1.sandbox.parse import render_completion
 from harness_r1.trainer.canary_reward import (
     CanaryReward,
     MappingResolver,
@@ -45,7 +46,6 @@ from harness_r1.trainer.grpo import (
     train_grpo_online,
     train_grpo_replay,
 )
-from harness_r1.trainer.prompt import render_completion
 from harness_r1.trainer.replay import (
     ReplayGroup,
     ReplayRollout,
