@@ -216,13 +216,13 @@ def target(
     from harness_r1.harness.policies.local_models import EMBEDDED
     from harness_r1.trainer.model_io import resolve_base
     from harness_r1.trainer.sft import SftSettings, train_sft
+    from harness_r1.trainer.target_experts import write_rows
     from harness_r1.trainer.target_sft import (
         check_runs_of,
         executed_success_rows,
         merge_checkpoint,
         own_success_rows,
         read_records,
-        write_rows,
     )
 
     trajectories = [t for path in runs for t in read_trajectories(path)]

@@ -123,12 +123,6 @@ def check_runs_of(trajectories: Sequence[Trajectory], model_id: str) -> None:
         raise ValueError(f"the runs are {', '.join(others)}'s, not {model_id}'s")
 
 
-def write_rows(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """The rows as the JSONL `train_sft` reads."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-
-
 def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     """The base model with the LoRA adapter folded into its weights, saved with the base's
     tokenizer (an adapter carries none) as a plain checkpoint (written under a temporary name,

@@ -157,7 +157,8 @@ def test_the_tuned_target_is_a_checkpoint_the_runtime_serves(tmp_path: Path) -> 
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
     from harness_r1.trainer.model_io import resolve_base
     from harness_r1.trainer.sft import SftSettings, train_sft
-    from harness_r1.trainer.target_sft import merge_checkpoint, write_rows
+    from harness_r1.trainer.target_experts import write_rows
+    from harness_r1.trainer.target_sft import merge_checkpoint
 
     won = _trajectory("won", True, [_step(0, "Action: answer 3", "answer: [3]")])
     rows = own_success_rows([won], [_record("won", 0, "Action: answer 3")]) * 2
