@@ -27,6 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "mutate"
 
+#: the agent-side client's tests, one file per behaviour
+CLIENT_TESTS = [
+    "tests/deploy/test_client.py",
+    "tests/deploy/test_client_refusals.py",
+    "tests/deploy/test_client_control.py",
+    "tests/deploy/test_client_restart.py",
+    "tests/deploy/test_client_operations.py",
+]
+
 #: name -> (the source file, the test files that guard it; a file not there yet is skipped)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "static": (
@@ -38,16 +47,29 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "gate": ("harness_r1/sandbox/gate.py", ["tests/sandbox/test_gate.py"]),
-    "canary": ("harness_r1/sandbox/canary.py", ["tests/sandbox/test_canary.py"]),
+    "canary": (
+        "harness_r1/sandbox/canary.py",
+        [
+            "tests/sandbox/test_canary.py",
+            "tests/sandbox/test_canary_baseline.py",
+            "tests/sandbox/test_canary_infrastructure.py",
+            "tests/sandbox/test_canary_controls.py",
+        ],
+    ),
     "executor": (
         "harness_r1/sandbox/executor.py",
-        ["tests/sandbox/test_isolation.py", "tests/sandbox/test_executor.py"],
+        [
+            "tests/sandbox/test_isolation.py",
+            "tests/sandbox/test_executor.py",
+            "tests/sandbox/test_executor_faults.py",
+            "tests/sandbox/test_executor_worker.py",
+        ],
     ),
     "signing": (
         "harness_r1/deploy/signing.py",
-        ["tests/deploy/test_signing.py", "tests/deploy/test_client.py"],
+        ["tests/deploy/test_signing.py", *CLIENT_TESTS],
     ),
-    "client": ("harness_r1/deploy/client.py", ["tests/deploy/test_client.py"]),
+    "client": ("harness_r1/deploy/client.py", CLIENT_TESTS),
     "guard": ("harness_r1/deploy/guard.py", ["tests/deploy/test_guard.py"]),
     "ingest": (
         "harness_r1/daemon/ingest.py",

@@ -1,5 +1,5 @@
 """Fixtures of the deploy tests; the helpers behind them live in deploy_rig.py."""
 
-from deploy_rig import client_metrics, rig
+from deploy_rig import agent_config, client, client_metrics, rig
 
-__all__ = ["client_metrics", "rig"]
+__all__ = ["agent_config", "client", "client_metrics", "rig"]

@@ -1,9 +1,11 @@
 """Shared pieces of the deploy tests (imported by conftest.py and the test modules): a signer
-and keyring, a registry on a temp file, a publisher, and recording hook sets (so a test can
-see which overlay served an episode and when a HookSet was closed)."""
+and keyring, a registry on a temp file, a publisher, recording hook sets (so a test can see
+which overlay served an episode and when a HookSet was closed), in-memory logs standing in for
+the broker, signed releases and control commands, and agent-0's client and its settings."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -14,7 +16,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from harness_r1.consumers.kafka import Record
-from harness_r1.contracts import HookCode, HookName, OverlayRelease, Patch
+from harness_r1.contracts import (
+    ControlCommand,
+    ControlKind,
+    HookCode,
+    HookName,
+    OverlayRelease,
+    Patch,
+)
 from harness_r1.deploy.client import ClientConfig, ClientMetrics, OverlayClient
 from harness_r1.deploy.publisher import DeployMetrics, Publisher
 from harness_r1.deploy.registry import OverlayRegistry
@@ -72,6 +81,25 @@ class ListSource:
         pass
 
 
+@dataclass
+class RecordingSource(ListSource):
+    """A ListSource that records when each poll came and the wait it was given, fails its
+    first `failures` polls, and (like the real reader) waits out the timeout when idle."""
+
+    failures: int = 0
+    polls: list[tuple[float, int | None]] = field(default_factory=list)
+
+    def poll(self, timeout_ms: int | None = None) -> list[Record]:
+        self.polls.append((time.monotonic(), timeout_ms))
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker gone")
+        out = super().poll(timeout_ms)
+        if not out:
+            time.sleep((timeout_ms or 0) / 1000)
+        return out
+
+
 def signed_release(
     registry: OverlayRegistry, signer: Signer, overlay_id: str, seq: int, **changes: object
 ) -> bytes:
@@ -125,6 +153,24 @@ class Rig:
         return self.registry.add(make_patch(tag), target, parent_overlay_id=parent).overlay_id
 
 
+def signed_control(rig: Rig, command: ControlKind, seq: int, **changes: object) -> bytes:
+    """The exact bytes of a control command for pool-a signed by the rig's key."""
+    now = datetime.now(UTC)
+    fields: dict[str, object] = {
+        "command": command,
+        "command_id": f"c{seq}",
+        "target": "pool-a",
+        "seq": seq,
+        "key_id": rig.signer.key_id,
+        "issued_at": now,
+        "expires_at": now + timedelta(minutes=10),
+        "actor": "o",
+        "reason": "test",
+    }
+    fields.update(changes)
+    return seal(ControlCommand.model_validate(fields), rig.signer).to_json_bytes()
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     from prometheus_client import CollectorRegistry
@@ -147,3 +193,16 @@ def client_metrics() -> ClientMetrics:
     from prometheus_client import CollectorRegistry
 
     return ClientMetrics(CollectorRegistry())
+
+
+@pytest.fixture
+def agent_config(rig: Rig) -> ClientConfig:
+    """The settings of agent-0 on pool-a, its state in the test's temp dir (those of
+    `rig.client()`), for a test that builds its OverlayClient itself."""
+    return ClientConfig(agent_id="agent-0", target="pool-a", state_dir=rig.tmp / "agent-0")
+
+
+@pytest.fixture
+def client(rig: Rig) -> OverlayClient:
+    """The client of agent-0 on pool-a, made before the test publishes anything."""
+    return rig.client()
