@@ -4,7 +4,7 @@
 # candidates on the base harness: each prints its delta, its forced share (per-step origins)
 # and its patch-alone success (the same overlay under the null policy: no model). The
 # reference patches' rows come from benchmarks/reference_deltas.sh (same columns).
-# Settings as the engineer comparison ran the target (benchmarks/engineer_value.py TARGET).
+# Settings as the engineer comparison ran the target (benchmarks/engineer_value/settings.py TARGET).
 # Rows: .venv/bin/python benchmarks/reference_rows.py runs/who-*.json
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}

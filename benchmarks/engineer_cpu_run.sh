@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU-scale engineer run (issue 4), sized for one 2-core session on DBBench:
+# The CPU-scale engineer run (issue 4), sized for a few hours on 2 CPU cores on DBBench:
 #   `standard` is the training split, `dev` is held out (no dev task is ever trained on).
 # 1. the frozen SmolLM2 target on both splits (its failures become packets of BATCH episodes);
 # 2. the cold start: template-teacher proposals (one template each: the shortest completions,
@@ -35,14 +35,14 @@ ITERATIONS=${ITERATIONS:-4}  # optimizer steps per sampled group: 20 steps = 5 s
 INVALID_REWARD=${INVALID_REWARD:--0.25}
 TOKENS=${TOKENS:-768}
 # the engineer's sampling temperature (held-out proposals and GRPO groups): after 3 epochs of
-# SFT, 1.0 gave 0/8 valid proposals (the think text rambles off), 0.5 gave 1/8 (session 5);
+# SFT, 1.0 gave 0/8 valid proposals (the think text rambles off), 0.5 gave 1/8 (BENCHMARKS.md);
 # a GRPO group whose samples are all invalid has zero advantage, so validity gates learning
 TEMPERATURE=${TEMPERATURE:-0.5}
-SFT_EPOCHS=${SFT_EPOCHS:-3}  # session 3 ran 1 epoch: no valid proposal after it (BENCHMARKS.md)
+SFT_EPOCHS=${SFT_EPOCHS:-3}  # 1 epoch left no valid proposal (BENCHMARKS.md)
 SFT_LR=${SFT_LR:-5e-4}
 # further `train grpo` options; the default grades the invalid reward by how far a patch got
 # (trainer.shaping): with the flat reward most K=2 groups of this engineer are all invalid
-# and have zero advantage (session 5: 3 of 5 groups); GRPO_EXTRA= gives the paper's flat one
+# and have zero advantage (3 of 5 groups; BENCHMARKS.md); GRPO_EXTRA= gives the paper's flat one
 GRPO_EXTRA=${GRPO_EXTRA-"--graded-invalid"}
 # a second held-out pass per engineer at another sampling seed (8 proposals are few): 4 packets
 # are all 8 dev tasks, the first 2 the same packets as the first pass

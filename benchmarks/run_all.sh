@@ -28,13 +28,13 @@ bash benchmarks/engineer_cpu_run.sh 2>&1 | tee runs/bench-engineer.log
 $PY benchmarks/engineer_rows.py runs/engineer | tee runs/bench-engineer-rows.md
 # issue 20: the engineer's value (hours: cold start, SFT, GRPO, the table); resumable, rerun it
 # after an interruption and it continues where it stopped
-$PY benchmarks/engineer_value.py --stages all 2>&1 | tee runs/bench-engineer-value.log
+$PY benchmarks/engineer_value --stages all 2>&1 | tee runs/bench-engineer-value.log
 # the coevolution's second half: the engineer retrained against the tuned target the stage
 # above used (the same cold start's SFT engineer, GRPO on the tuned target's WebShop failures),
 # in a folder of that target's own (run files are keyed by name, not by target)
 TUNED=$(cat runs/engineer-value/coevolution/tuned-target.txt)
-NAME=$($PY -c 'import sys; sys.path.insert(0, "benchmarks"); import engineer_value as ev
-print(ev.policy_name(sys.argv[1]))' "$TUNED")  # the name its results folder gets
-$PY benchmarks/engineer_value.py --stages coldstart,grpo,engineers --envs webshop \
+NAME=$($PY -c 'import sys; sys.path.insert(0, "benchmarks")
+from engineer_value.settings import policy_name; print(policy_name(sys.argv[1]))' "$TUNED")  # the name its results folder gets
+$PY benchmarks/engineer_value --stages coldstart,grpo,engineers --envs webshop \
     --engineers sft,grpo --target-policy "$TUNED" --out "runs/ev-tuned/$NAME" \
     2>&1 | tee runs/bench-engineer-value-tuned.log

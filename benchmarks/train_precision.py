@@ -4,7 +4,7 @@ and with bf16 autocast (`cpu_bf16`), on real cold-start rows, in the same run.
     .venv/bin/python benchmarks/train_precision.py ROWS.jsonl [--steps 4] [--rounds 2]
 
 ROWS: an SFT dataset (e.g. `runs/engineer-value/engineer-coldstart.jsonl`, written by
-`benchmarks/engineer_value.py --stages coldstart`). Each round trains a fresh adapter for
+`benchmarks/engineer_value --stages coldstart`). Each round trains a fresh adapter for
 `--steps` steps in each precision (the order alternates between rounds: fp32 first, then bf16
 first), batch 2 as the engineer's SFT; a step's time is measured by a callback from one step's
 end to the next (the first step, with its warm-up, is left out). Prints the median step time
@@ -42,8 +42,7 @@ def step_timer() -> Any:
 
 
 def one_run(rows: Path, steps: int, cpu_bf16: bool) -> dict[str, Any]:
-    from harness_r1.trainer.sft import SftSettings, train_sft
-    from harness_r1.trainer.versions import read_metadata
+    from harness_r1.trainer import SftSettings, read_metadata, train_sft
 
     timer = step_timer()
     with tempfile.TemporaryDirectory() as root:

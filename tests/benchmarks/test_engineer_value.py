@@ -1,4 +1,4 @@
-"""The engineer-value benchmark's bookkeeping (benchmarks/engineer_value.py): the committed
+"""The engineer-value benchmark's bookkeeping (benchmarks/engineer_value/): the committed
 artefacts agree with each other and with the code that reads them, so a rerun reuses them
 instead of silently retraining (an SFT run is ~26 min, a GRPO chunk ~30 min on 2 cores), and
 a partial run merges into the committed table rather than dropping rows."""
@@ -6,8 +6,10 @@ a partial run merges into the committed table rather than dropping rows."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import json
+import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,28 +19,46 @@ import pytest
 
 from harness_r1.trainer.prompt import PromptConfig, system_prompt
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "engineer_value.py"
+#: the experiment's package, which `python benchmarks/engineer_value` runs
+PACKAGE = Path(__file__).parents[2] / "benchmarks" / "engineer_value"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("engineer_value", SCRIPT)
+    """The package with every module of it imported (`bench.sft.sft_version`, ...): benchmarks/
+    is no package, so it is loaded from its folder under the name its `__main__` gives it."""
+    spec = importlib.util.spec_from_file_location(
+        "engineer_value", PACKAGE / "__init__.py", submodule_search_locations=[str(PACKAGE)]
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["engineer_value"] = module
     spec.loader.exec_module(module)
+    for info in pkgutil.iter_modules([str(PACKAGE)]):
+        if info.name != "__main__":  # it runs the command line
+            importlib.import_module(f"engineer_value.{info.name}")
     return module
+
+
+def record_commands(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The commands the stages would start, none started: `run` replaced in every module that
+    calls it (each imports it by name)."""
+    commands: list[list[str]] = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("engineer_value.") and hasattr(module, "run"):
+            monkeypatch.setattr(module, "run", lambda command, log, **_: commands.append(command))
+    return commands
 
 
 def test_the_committed_sft_engineer_is_the_one_the_committed_rows_teach(
     bench: ModuleType,
 ) -> None:
     """A change to the output format (`current_format`, template calls) that renders the
-    committed rows differently, or to the lean system prompt they are taught under (session
-    17's template menu), makes `sft_version` ignore the committed engineer: retrain and commit
+    committed rows differently, or to the lean system prompt they are taught under (as the
+    template menu did), makes `sft_version` ignore the committed engineer: retrain and commit
     it (`--stages sft`)."""
-    digest = (bench.COMMITTED_SFT / "rows-digest.txt").read_text().strip()
-    assert digest == bench.committed_rows_digest()
+    digest = (bench.settings.COMMITTED_SFT / "rows-digest.txt").read_text().strip()
+    assert digest == bench.sft.committed_rows_digest()
 
 
 def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: ModuleType) -> None:
@@ -47,31 +67,31 @@ def test_committed_grpo_artefacts_continue_the_committed_sft_engineer(bench: Mod
     (GRPO has not run from this engineer yet), there is nothing to check."""
     lineages = [
         folder / "lineage.json"
-        for folder in (bench.CARRIED_GRPO, bench.COMMITTED_GRPO)
+        for folder in (bench.settings.CARRIED_GRPO, bench.settings.COMMITTED_GRPO)
         if (folder / "lineage.json").exists()
     ]
     if not lineages:
         return
-    sft = bench.weights_sha(bench.COMMITTED_SFT)
+    sft = bench.common.weights_sha(bench.settings.COMMITTED_SFT)
     for path in lineages:
         meta = json.loads(path.read_text())
         assert meta["sft_weights"] == sft, path
-        assert meta["grpo_args"] == bench.GRPO_ARGS, path
-        assert set(meta["envs"]) <= set(bench.DEFAULT_ENVS), path
+        assert meta["grpo_args"] == bench.settings.GRPO_ARGS, path
+        assert set(meta["envs"]) <= set(bench.settings.DEFAULT_ENVS), path
 
 
 def test_grpo_reads_only_train_packets_of_its_envs(bench: ModuleType, tmp_path: Path) -> None:
     """GRPO's packets are the cold start's of its envs, asserted train-only: without a cold
     start the script says which stage comes first; a held-out task in a packet stops it."""
     with pytest.raises(AssertionError, match="--stages coldstart first"):
-        bench.grpo_packets(["webshop"], tmp_path)
-    heldout = sorted(bench.heldout_task_ids("webshop"))[0]
+        bench.grpo.grpo_packets(["webshop"], tmp_path)
+    heldout = sorted(bench.common.heldout_task_ids("webshop"))[0]
     folder = tmp_path / "webshop-engineer-coldstart"
     folder.mkdir()
     row = {"env": "webshop", "task_ids": [heldout], "splits": ["fixed_train"]}
     (folder / "packets.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(AssertionError, match="held-out tasks"):
-        bench.grpo_packets(["webshop"], tmp_path)
+        bench.grpo.grpo_packets(["webshop"], tmp_path)
 
 
 #: the lean system prompt the table's model engineers read on WebShop, as its rows record it
@@ -96,7 +116,7 @@ def test_a_partial_run_merges_into_the_committed_table(bench: ModuleType) -> Non
         "webshop": [row("untrained"), row("teacher"), row("sft", delta=0.1)],
         "dbbench": [row("teacher")],
     }
-    merged = bench.merged_engineer_rows(
+    merged = bench.engineers.merged_engineer_rows(
         earlier, {"webshop": [row("grpo", delta=0.3), row("sft", delta=0.2)], "dbbench": []}
     )
     assert [r["engineer"] for r in merged["webshop"]] == ["untrained", "teacher", "sft", "grpo"]
@@ -106,53 +126,53 @@ def test_a_partial_run_merges_into_the_committed_table(bench: ModuleType) -> Non
 
 def test_rows_against_another_incumbent_are_dropped_by_a_rerun(bench: ModuleType) -> None:
     earlier = {"webshop": [row("untrained", "old"), row("teacher", "old")]}
-    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("sft", "new")]})
+    merged = bench.engineers.merged_engineer_rows(earlier, {"webshop": [row("sft", "new")]})
     assert merged["webshop"] == [row("sft", "new")]
 
 
 def test_model_rows_under_another_prompt_are_dropped_by_a_rerun(bench: ModuleType) -> None:
-    """Session 17's template menu: the untrained engineer has no weights to tell its rows
-    apart, so its row from before the menu must not stand beside rows measured under it. The
+    """A change of prompt (the template menu): the untrained engineer has no weights to tell its
+    rows apart, so its row from before the menu must not stand beside rows measured under it. The
     template teacher reads no prompt: its row stands."""
     earlier = {"webshop": [row("untrained", prompt="old"), row("teacher"), row("sft")]}
     legacy = {k: v for k, v in row("untrained").items() if k != "prompt_sha256"}
-    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("grpo")]})
+    merged = bench.engineers.merged_engineer_rows(earlier, {"webshop": [row("grpo")]})
     assert merged["webshop"] == [row("teacher"), row("sft"), row("grpo")]
-    merged = bench.merged_engineer_rows(earlier, {"webshop": [row("teacher", delta=0.5)]})
+    merged = bench.engineers.merged_engineer_rows(earlier, {"webshop": [row("teacher", delta=0.5)]})
     assert merged["webshop"] == [row("teacher", delta=0.5), row("sft")]  # a teacher-only rerun
-    merged = bench.merged_engineer_rows({"webshop": [legacy]}, {"webshop": [row("sft")]})
+    merged = bench.engineers.merged_engineer_rows({"webshop": [legacy]}, {"webshop": [row("sft")]})
     assert merged["webshop"] == [row("sft")]  # a row from before prompts were recorded goes
-    assert bench.engineer_prompt_sha("webshop", []) == WEBSHOP_PROMPT
+    assert bench.engineers.engineer_prompt_sha("webshop", []) == WEBSHOP_PROMPT
 
 
 def test_the_prompt_key_follows_the_hooks_an_engineer_may_write(bench: ModuleType) -> None:
-    full = bench.engineer_prompt_sha("webshop", [])
-    assert full == bench.engineer_prompt_sha("webshop", ["--adapter", "x"])
-    assert full != bench.engineer_prompt_sha("webshop", ["--without-hook", "pre_action"])
-    assert full != bench.engineer_prompt_sha("alfworld", [])
-    assert bench.engineer_prompt_sha("webshop", ["--teacher", "1"]) is None
+    full = bench.engineers.engineer_prompt_sha("webshop", [])
+    assert full == bench.engineers.engineer_prompt_sha("webshop", ["--adapter", "x"])
+    assert full != bench.engineers.engineer_prompt_sha("webshop", ["--without-hook", "pre_action"])
+    assert full != bench.engineers.engineer_prompt_sha("alfworld", [])
+    assert bench.engineers.engineer_prompt_sha("webshop", ["--teacher", "1"]) is None
 
 
 def test_the_bootstrap_interval_is_seeded_and_brackets_the_mean(bench: ModuleType) -> None:
     values = [0.0, 0.25, 0.5, 0.0, 1.0, 0.25, 0.0, 0.75]
-    low, high = bench.mean_interval(values)
+    low, high = bench.engineers.mean_interval(values)
     assert low <= sum(values) / len(values) <= high
-    assert bench.mean_interval(values) == [low, high]
-    assert bench.mean_interval([]) is None
-    assert bench.mean_interval([0.5] * 5) == [0.5, 0.5]
+    assert bench.engineers.mean_interval(values) == [low, high]
+    assert bench.engineers.mean_interval([]) is None
+    assert bench.engineers.mean_interval([0.5] * 5) == [0.5, 0.5]
 
 
 def test_another_target_is_another_grpo_run(bench: ModuleType) -> None:
     """`--target-policy` reaches `train grpo online` and its lineage, so a committed GRPO
     engineer or checkpoint trained against SmolLM2 is not taken for one against the target."""
-    smollm2 = bench.grpo_args()
+    smollm2 = bench.settings.grpo_args()
     try:
-        bench.use_target_policy("gemma3")
-        assert bench.grpo_args() == [*smollm2, "--policy", "gemma3"]
-        assert bench.TARGET_POLICY == ["--policy", "gemma3"]
+        bench.settings.use_target_policy("gemma3")
+        assert bench.settings.grpo_args() == [*smollm2, "--policy", "gemma3"]
+        assert bench.settings.TARGET_POLICY == ["--policy", "gemma3"]
     finally:
-        bench.use_target_policy(None)
-    assert bench.grpo_args() == smollm2
+        bench.settings.use_target_policy(None)
+    assert bench.settings.grpo_args() == smollm2
 
 
 def test_another_targets_run_keeps_its_results_apart_from_smollm2s(
@@ -161,23 +181,25 @@ def test_another_targets_run_keeps_its_results_apart_from_smollm2s(
     """The committed cold start, engineers and table are SmolLM2's: a run against the tuned
     target neither overwrites nor merges into them, nor restores SmolLM2's canaried rows; its
     results go to a folder of their own, named by the target."""
-    assert bench.published(tmp_path) == (tmp_path, bench.COMMITTED)
-    assert bench.committed_results("results-engineers.json")
+    assert bench.settings.published(tmp_path) == (tmp_path, bench.settings.COMMITTED)
+    assert bench.common.committed_results("results-engineers.json")
     try:
-        bench.use_target_policy(str(tmp_path / "target-abc" / "tuned-v0001"))
-        home = bench.COMMITTED / "against-target-abc-tuned-v0001"
-        assert bench.published(tmp_path) == (tmp_path, home)
+        bench.settings.use_target_policy(str(tmp_path / "target-abc" / "tuned-v0001"))
+        home = bench.settings.COMMITTED / "against-target-abc-tuned-v0001"
+        assert bench.settings.published(tmp_path) == (tmp_path, home)
         assert not home.exists()  # only a writer makes it
-        assert bench.committed_results("results-engineers.json") == {}
-        assert bench.restore_coldstart("webshop", tmp_path, tmp_path / "runs.jsonl") is False
-        assert bench.export_coldstart("webshop", tmp_path, "digest") == 0
+        assert bench.common.committed_results("results-engineers.json") == {}
+        assert (
+            bench.coldstart.restore_coldstart("webshop", tmp_path, tmp_path / "runs.jsonl") is False
+        )
+        assert bench.coldstart.export_coldstart("webshop", tmp_path, "digest") == 0
         # the same cold start (the committed SFT engineer), but no GRPO trained on SmolLM2
-        assert bench.sft_version(tmp_path) == bench.COMMITTED_SFT
-        assert bench.carried_grpo(bench.COMMITTED_SFT, ["webshop"]) is None
-        assert bench.grpo_engineer(tmp_path) is None
-        assert bench.stage_rft(["webshop"], tmp_path, tmp_path / "log") is None  # no rows
+        assert bench.sft.sft_version(tmp_path) == bench.settings.COMMITTED_SFT
+        assert bench.grpo.carried_grpo(bench.settings.COMMITTED_SFT, ["webshop"]) is None
+        assert bench.grpo.grpo_engineer(tmp_path) is None
+        assert bench.rft.stage_rft(["webshop"], tmp_path, tmp_path / "log") is None  # no rows
     finally:
-        bench.use_target_policy(None)
+        bench.settings.use_target_policy(None)
 
 
 def test_a_regenerated_checkpoint_is_another_target(bench: ModuleType, tmp_path: Path) -> None:
@@ -187,34 +209,35 @@ def test_a_regenerated_checkpoint_is_another_target(bench: ModuleType, tmp_path:
     checkpoint.mkdir(parents=True)
     try:
         (checkpoint / "model.safetensors").write_bytes(b"one")
-        bench.use_target_policy(str(checkpoint))  # named here, once: the run's target
-        first = bench.results_home().name
+        bench.settings.use_target_policy(str(checkpoint))  # named here, once: the run's target
+        first = bench.settings.results_home().name
         (checkpoint / "model.safetensors").write_bytes(b"two")
-        bench.use_target_policy(str(checkpoint))
-        second = bench.results_home().name
+        bench.settings.use_target_policy(str(checkpoint))
+        second = bench.settings.results_home().name
         assert first.startswith("against-target-abc-tuned-v0001-") and first != second
         (checkpoint / "model.safetensors").write_bytes(b"one")
-        bench.use_target_policy(str(checkpoint))
-        assert bench.results_home().name == first
-        bench.use_target_policy("/odd path/gemma 3")
-        assert bench.results_home().name == "against-odd-path-gemma-3"
+        bench.settings.use_target_policy(str(checkpoint))
+        assert bench.settings.results_home().name == first
+        bench.settings.use_target_policy("/odd path/gemma 3")
+        assert bench.settings.results_home().name == "against-odd-path-gemma-3"
     finally:
-        bench.use_target_policy(None)
+        bench.settings.use_target_policy(None)
 
 
 def test_the_target_policy_reaches_every_target_run(
     bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commands: list[list[str]] = []
-    monkeypatch.setattr(bench, "run", lambda command, log, **_: commands.append(command))
-    bench.use_target_policy("smollm2")
-    assert bench.TARGET_POLICY == []  # the embedded default is no other target
+    commands = record_commands(bench, monkeypatch)
+    bench.settings.use_target_policy("smollm2")
+    assert bench.settings.TARGET_POLICY == []  # the embedded default is no other target
     try:
-        bench.use_target_policy("gemma3")
-        bench.target_runs("webshop", "fixed_train", 4, 0, [], tmp_path / "a.jsonl", tmp_path)
-        bench.heldout_target_runs("webshop", ["--policy", "other"], tmp_path / "b.jsonl", tmp_path)
+        bench.settings.use_target_policy("gemma3")
+        bench.common.target_runs("webshop", "fixed_train", 4, 0, [], tmp_path / "a.jsonl", tmp_path)
+        bench.common.heldout_target_runs(
+            "webshop", ["--policy", "other"], tmp_path / "b.jsonl", tmp_path
+        )
     finally:
-        bench.use_target_policy(None)
+        bench.settings.use_target_policy(None)
     assert commands[0][-4:-2] == ["--policy", "gemma3"]
     assert commands[1][-6:-2] == ["--policy", "gemma3", "--policy", "other"]  # the last wins
 
@@ -223,18 +246,17 @@ def test_a_stopped_target_run_runs_again(
     bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`eval` writes each episode as it ends: a run stopped mid-way leaves a short (or empty)
-    file, which is no result (session 18 found an empty held-out file taken as done)."""
-    commands: list[list[str]] = []
-    monkeypatch.setattr(bench, "run", lambda command, log, **_: commands.append(command))
+    file, which is no result (an empty held-out file is not a finished run)."""
+    commands = record_commands(bench, monkeypatch)
     path = tmp_path / "dbbench-heldout.jsonl"
     path.write_text("")
-    bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
+    bench.common.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
     assert len(commands) == 1 and commands[0][-1] == str(path)
     path.write_text('{"trajectory_id": "a"}\n')
-    bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
+    bench.common.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
     assert len(commands) == 2  # one of two: still short
     path.write_text('{"trajectory_id": "a"}\n{"trajectory_id": "b"}\n')
-    bench.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
+    bench.common.target_runs("dbbench", "dev", 2, 0, [], path, tmp_path / "log")
     assert len(commands) == 2  # complete: kept
 
 
@@ -244,19 +266,22 @@ def test_the_tuned_target_learns_under_the_harness_the_engineers_round_deployed(
     """Coevolution tunes the target under the incumbent plus the final engineer's best
     promoted patch once the engineers stage has promoted one (the pool's harness after that
     round), and under the incumbent before."""
-    incumbent = bench.incumbent_on("webshop", tmp_path)
+    coevolution, engineers = bench.coevolution, bench.engineers
+    incumbent = bench.common.incumbent_on("webshop", tmp_path)
     with pytest.raises(SystemExit, match="--stages engineers --envs webshop --engineers grpo"):
-        bench.deployed_on("webshop", tmp_path)  # no row here: not the same as nothing promoted
-    name = bench.final_engineer(tmp_path)
+        coevolution.deployed_on("webshop", tmp_path)  # no row here: not "nothing promoted"
+    name = engineers.final_engineer(tmp_path)
     assert name == "grpo"
-    files = bench.engineer_files("webshop", name, tmp_path, bench.engineer_args(name, tmp_path))
+    files = engineers.engineer_files(
+        "webshop", name, tmp_path, engineers.engineer_args(name, tmp_path)
+    )
     files["report"].parent.mkdir(parents=True)
     files["report"].write_text("{}")
-    assert bench.deployed_on("webshop", tmp_path) == incumbent
-    assert bench.harness_label("webshop", tmp_path) == "incumbent"
+    assert coevolution.deployed_on("webshop", tmp_path) == incumbent
+    assert coevolution.harness_label("webshop", tmp_path) == "incumbent"
     files["best"].write_text("{}")
-    assert bench.deployed_on("webshop", tmp_path) == [*incumbent, "--on", str(files["best"])]
-    assert bench.harness_label("webshop", tmp_path) == "incumbent+grpo's best"
+    assert coevolution.deployed_on("webshop", tmp_path) == [*incumbent, "--on", str(files["best"])]
+    assert coevolution.harness_label("webshop", tmp_path) == "incumbent+grpo's best"
 
 
 def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> None:
@@ -277,7 +302,7 @@ def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> Non
             },
         ]
     }
-    assert bench.template_counts(report) == {
+    assert bench.reach.template_counts(report) == {
         "valid_by_template": {"alfworld_skills": 2, "alfworld_take_place": 1},
         "invalid_by_template": {"code": 1, "no patch": 1, "take_place": 1},
     }
@@ -286,7 +311,7 @@ def test_samples_are_counted_by_the_template_they_name(bench: ModuleType) -> Non
 def table_has_rft_rows(bench: ModuleType) -> bool:
     """Whether the committed table reports an RFT engineer: then its adapter and lineage must
     be committed (a test that returned early on a missing lineage could never fail)."""
-    table = json.loads((bench.COMMITTED / "results-engineers.json").read_text())
+    table = json.loads((bench.settings.COMMITTED / "results-engineers.json").read_text())
     return any(row["engineer"] == "rft" for rows in table.values() for row in rows)
 
 
@@ -304,12 +329,12 @@ def test_rft_keeps_the_improving_rows_each_env_weighted_like_the_largest(
         "alfworld": [row("a-flat", 0.0), row("a1", 0.5), row("a-worse", -0.25), row("a2", 0.75)],
         "dbbench": [row("d-flat", 0.0)],
     }
-    selected = [(env, r["name"]) for env, r in bench.rft_selection(rows)]
+    selected = [(env, r["name"]) for env, r in bench.rft.rft_selection(rows)]
     assert selected == [
         *[("webshop", f"w{i}") for i in range(6)],
         *[("alfworld", name) for name in ("a1", "a2") * 3],
     ]
-    assert bench.rft_selection({"dbbench": rows["dbbench"]}) == []
+    assert bench.rft.rft_selection({"dbbench": rows["dbbench"]}) == []
 
 
 def test_the_committed_rft_engineer_continues_the_committed_grpo_engineer(
@@ -319,13 +344,13 @@ def test_the_committed_rft_engineer_continues_the_committed_grpo_engineer(
     committed rows' improving ones (`rft_engineer` would ignore it otherwise: retrain it with
     `--stages rft`). Once the committed table has rft rows the engineer must be there; before
     RFT has run there is nothing to check."""
-    lineage = bench.COMMITTED_RFT / "lineage.json"
+    lineage = bench.settings.COMMITTED_RFT / "lineage.json"
     if not table_has_rft_rows(bench):
         return
     meta = json.loads(lineage.read_text())
-    assert meta["parent_weights"] == bench.weights_sha(bench.COMMITTED_GRPO)
-    assert meta["epochs"] == bench.RFT_EPOCHS
-    assert meta["rows_digest"] == bench.committed_rft_digest(tuple(meta["envs"]))
+    assert meta["parent_weights"] == bench.common.weights_sha(bench.settings.COMMITTED_GRPO)
+    assert meta["epochs"] == bench.rft.RFT_EPOCHS
+    assert meta["rows_digest"] == bench.rft.committed_rft_digest(tuple(meta["envs"]))
 
 
 def test_the_committed_rft_engineer_serves_the_rft_stage_only_for_its_rows(
@@ -334,14 +359,17 @@ def test_the_committed_rft_engineer_serves_the_rft_stage_only_for_its_rows(
     """The table takes the committed RFT engineer whatever envs it was taught. The rft stage
     takes it for envs whose improving rows are the ones it was taught (DBBench has none, so
     adding it changes nothing), and trains its own for other rows."""
-    lineage = bench.COMMITTED_RFT / "lineage.json"
+    lineage = bench.settings.COMMITTED_RFT / "lineage.json"
     if not table_has_rft_rows(bench):
         return
     envs = json.loads(lineage.read_text())["envs"]
-    assert bench.rft_engineer(tmp_path) == bench.COMMITTED_RFT
-    assert bench.rft_engineer(tmp_path, list(reversed(envs))) == bench.COMMITTED_RFT
-    assert bench.rft_engineer(tmp_path, list(bench.DEFAULT_ENVS)) == bench.COMMITTED_RFT
-    assert bench.rft_engineer(tmp_path, envs[:1]) is None
+    assert bench.rft.rft_engineer(tmp_path) == bench.settings.COMMITTED_RFT
+    assert bench.rft.rft_engineer(tmp_path, list(reversed(envs))) == bench.settings.COMMITTED_RFT
+    assert (
+        bench.rft.rft_engineer(tmp_path, list(bench.settings.DEFAULT_ENVS))
+        == bench.settings.COMMITTED_RFT
+    )
+    assert bench.rft.rft_engineer(tmp_path, envs[:1]) is None
 
 
 def test_a_local_rft_version_counts_only_for_the_steps_asked_now(
@@ -356,24 +384,25 @@ def test_a_local_rft_version_counts_only_for_the_steps_asked_now(
     dataset.write_text('{"row": 1}\n{"row": 2}\n{"row": 3}\n')
     version = tmp_path / "rft" / "engineer" / "v0001"
     version.mkdir(parents=True)
-    rate = float(bench.option_value(bench.SFT_ARGS, "--learning-rate"))
+    rate = float(bench.settings.option_value(bench.settings.SFT_ARGS, "--learning-rate"))
 
     def publish(steps: int, learning_rate: float) -> None:
         meta = {
             "dataset": {"sha256": file_sha256(dataset)},
             "steps": steps,
             "settings": {"learning_rate": learning_rate},
-            "parent_path": str(bench.rft_parent(tmp_path)),
+            "parent_path": str(bench.rft.rft_parent(tmp_path)),
         }
         (version / "metadata.json").write_text(json.dumps(meta))
 
-    publish(bench.rft_steps(3), rate)
-    assert bench.rft_engineer(tmp_path) == version
-    fallback = bench.COMMITTED_RFT if (bench.COMMITTED_RFT / "lineage.json").exists() else None
-    publish(bench.rft_steps(3) + 1, rate)
-    assert bench.rft_engineer(tmp_path) == fallback
-    publish(bench.rft_steps(3), rate * 2)
-    assert bench.rft_engineer(tmp_path) == fallback
+    publish(bench.rft.rft_steps(3), rate)
+    assert bench.rft.rft_engineer(tmp_path) == version
+    committed = bench.settings.COMMITTED_RFT
+    fallback = committed if (committed / "lineage.json").exists() else None
+    publish(bench.rft.rft_steps(3) + 1, rate)
+    assert bench.rft.rft_engineer(tmp_path) == fallback
+    publish(bench.rft.rft_steps(3), rate * 2)
+    assert bench.rft.rft_engineer(tmp_path) == fallback
 
 
 def test_other_grpo_steps_are_another_engineer(
@@ -382,30 +411,32 @@ def test_other_grpo_steps_are_another_engineer(
     """`--grpo-steps` reaches `train grpo online` and every lineage GRPO is compared by: a
     run asked for another count takes neither the committed 100-step engineer, nor a carried
     checkpoint, nor a local version trained for another count."""
-    default = bench.grpo_args()
-    assert bench.option_value(default, "--max-steps") == "100"
-    sft = bench.COMMITTED_SFT
+    default = bench.settings.grpo_args()
+    assert bench.settings.option_value(default, "--max-steps") == "100"
+    sft = bench.settings.COMMITTED_SFT
     carried = tmp_path / "grpo-checkpoint"
     carried.mkdir()
-    lineage = {"sft_weights": bench.weights_sha(sft), "grpo_args": default, "envs": ["webshop"]}
+    weights = bench.common.weights_sha(sft)
+    lineage = {"sft_weights": weights, "grpo_args": default, "envs": ["webshop"]}
     (carried / "lineage.json").write_text(json.dumps(lineage))
-    monkeypatch.setattr(bench, "CARRIED_GRPO", carried)
+    monkeypatch.setattr(bench.grpo, "CARRIED_GRPO", carried)  # what `carried_grpo` reads
     local = tmp_path / "engineer" / "engineer" / "v0001"
     local.mkdir(parents=True)
     meta = {"kind": "grpo", "parent_path": str(sft), "settings": {"max_steps": 24}}
     (local / "metadata.json").write_text(json.dumps(meta))
-    assert bench.grpo_engineer(tmp_path) == bench.COMMITTED_GRPO  # not the 24-step version
-    assert bench.carried_grpo(sft, ["webshop"]) == carried
+    committed = bench.settings.COMMITTED_GRPO
+    assert bench.grpo.grpo_engineer(tmp_path) == committed  # not the 24-step version
+    assert bench.grpo.carried_grpo(sft, ["webshop"]) == carried
     try:
-        bench.use_grpo_steps(24)
-        assert bench.grpo_args() == [*default[:3], "24", *default[4:]]
-        assert bench.grpo_engineer(tmp_path) == local
-        assert bench.carried_grpo(sft, ["webshop"]) is None
-        bench.use_grpo_steps(20)
-        assert bench.grpo_engineer(tmp_path) is None
+        bench.settings.use_grpo_steps(24)
+        assert bench.settings.grpo_args() == [*default[:3], "24", *default[4:]]
+        assert bench.grpo.grpo_engineer(tmp_path) == local
+        assert bench.grpo.carried_grpo(sft, ["webshop"]) is None
+        bench.settings.use_grpo_steps(20)
+        assert bench.grpo.grpo_engineer(tmp_path) is None
     finally:
-        bench.use_grpo_steps(None)
-    assert bench.grpo_args() == default
+        bench.settings.use_grpo_steps(None)
+    assert bench.settings.grpo_args() == default
 
 
 def test_grpo_steps_are_for_another_target_only() -> None:
@@ -418,7 +449,7 @@ def test_grpo_steps_are_for_another_target_only() -> None:
         ["--grpo-steps", "0", "--target-policy", "gemma3"],
     ):
         done = subprocess.run(
-            [sys.executable, str(SCRIPT), "--stages", "grpo", *args],
+            [sys.executable, str(PACKAGE), "--stages", "grpo", *args],
             capture_output=True,
             text=True,
             check=False,
@@ -447,7 +478,7 @@ def test_a_cold_start_against_another_target_gives_packets_only(
     root = Settings().data_root()
     suite = get_suite("dbbench")
     tasks = suite.load_tasks(root, "standard")[:8]
-    incumbent = load_incumbent([Path(bench.incumbent_on("dbbench", tmp_path)[1])], "dbbench")
+    incumbent = load_incumbent([Path(bench.common.incumbent_on("dbbench", tmp_path)[1])], "dbbench")
     hooks = IsolatedHooks(incumbent.patch, SandboxConfig(), overlay_id=incumbent.overlay_id)
     runtime = HarnessRuntime(suite, ScriptedPolicy(lambda _: "junk"), root, RunConfig(max_steps=2))
     try:
@@ -463,29 +494,30 @@ def test_a_cold_start_against_another_target_gives_packets_only(
     runs = tmp_path / "dbbench-train-incumbent.jsonl"
     runs.write_text("".join(t.model_dump_json() + "\n" for t in episodes))
     try:
-        bench.use_target_policy(str(tmp_path / "tuned"))
-        commands: list[list[str]] = []
-        monkeypatch.setattr(bench, "run", lambda command, log, **_: commands.append(command))
-        summary = bench.stage_coldstart("dbbench", tmp_path, tmp_path / "log")
+        bench.settings.use_target_policy(str(tmp_path / "tuned"))
+        commands = record_commands(bench, monkeypatch)
+        summary = bench.coldstart.stage_coldstart("dbbench", tmp_path, tmp_path / "log")
         assert [c for c in commands if "coldstart" in c] == []  # no teacher round
         assert summary["packets"] == 2 and summary["kept"] is None
         folder = tmp_path / "dbbench-engineer-coldstart"
         stats = json.loads((folder / "stats.json").read_text())
-        assert stats == {"packets_only": True, "packets": 2, "target": bench.target_name()}
+        assert stats == {"packets_only": True, "packets": 2, "target": bench.settings.target_name()}
         assert not (folder / "dataset.jsonl").exists()
-        rows = bench.trajectories(folder / "packets.jsonl")
+        rows = bench.common.trajectories(folder / "packets.jsonl")
         assert sorted(t for row in rows for t in row["task_ids"]) == sorted(
             t.task_id for t in tasks
         )
-        bench.assert_packets_train_only("dbbench", folder)
+        bench.coldstart.assert_packets_train_only("dbbench", folder)
         assert (
-            bench.canaried_digest(folder) == bench.incumbent_digest("dbbench", tmp_path) != "base"
+            bench.coldstart.canaried_digest(folder)
+            == bench.common.incumbent_digest("dbbench", tmp_path)
+            != "base"
         )
-        packets = bench.grpo_packets(["dbbench"], tmp_path)
-        assert bench.packet_ids(packets) == [row["packet_id"] for row in rows]
-        bench.packets_only("dbbench", tmp_path, runs)  # this target's: kept
-        bench.use_target_policy(str(tmp_path / "other"))
+        packets = bench.grpo.grpo_packets(["dbbench"], tmp_path)
+        assert bench.grpo.packet_ids(packets) == [row["packet_id"] for row in rows]
+        bench.coldstart.packets_only("dbbench", tmp_path, runs)  # this target's: kept
+        bench.settings.use_target_policy(str(tmp_path / "other"))
         with pytest.raises(AssertionError, match="-tuned's packets: use a fresh --out"):
-            bench.packets_only("dbbench", tmp_path, runs)
+            bench.coldstart.packets_only("dbbench", tmp_path, runs)
     finally:
-        bench.use_target_policy(None)
+        bench.settings.use_target_policy(None)
