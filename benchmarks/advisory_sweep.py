@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness_r1.trainer.teacher import TemplateChoice, TemplateTeacher
+from harness_r1.trainer import TemplateChoice, TemplateTeacher
 from harness_r1.trainer.templates import TEMPLATES, templates_for
 
 

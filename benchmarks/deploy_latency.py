@@ -21,20 +21,25 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import (
+from harness_r1.consumers import (
     BroadcastReader,
+    EmbeddedBroker,
     KafkaSettings,
     ensure_topics,
     make_producer,
     publish,
 )
 from harness_r1.contracts import ControlKind, HookCode, HookName, Patch
-from harness_r1.deploy.client import ClientConfig, OverlayClient
-from harness_r1.deploy.publisher import Publisher, PublisherConfig
-from harness_r1.deploy.registry import OverlayRegistry
-from harness_r1.deploy.signing import Keyring, Signer
-from harness_r1.harness.hooks import HookCall
+from harness_r1.deploy import (
+    ClientConfig,
+    Keyring,
+    OverlayClient,
+    OverlayRegistry,
+    Publisher,
+    PublisherConfig,
+    Signer,
+)
+from harness_r1.harness import HookCall
 
 POLL_MS = 50
 

@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness_r1.consumers.failure_modes import MODES, failure_modes
-from harness_r1.consumers.packets import read_trajectories
+from harness_r1.consumers import MODES, count_failure_modes, read_trajectories
 from harness_r1.contracts import OriginCounts, format_share
-from harness_r1.harness.evaluation import wilson_interval
+from harness_r1.harness import wilson_interval
 
 ENVS = ("alfworld", "dbbench", "webshop")
 
@@ -37,7 +36,7 @@ def summarize(path: Path) -> dict[str, Any]:
         "won": sorted(t.task.task_id for t in runs if t.outcome.success),
         "forced_share": origins.measured_forced_share,
         "decisions_per_s": round(calls / model_s, 3) if model_s else None,
-        "failure_modes": dict(failure_modes(runs)),
+        "failure_modes": dict(count_failure_modes(runs)),
     }
 
 

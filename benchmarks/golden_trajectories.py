@@ -11,9 +11,8 @@ from pathlib import Path
 
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig, spread
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.harness.tasks import spread
 
 RUNS = [
     ("dbbench", "dev", "The answer is 12"),

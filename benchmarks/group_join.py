@@ -11,8 +11,7 @@ import time
 
 from kafka import KafkaConsumer
 
-from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics
+from harness_r1.consumers import EmbeddedBroker, KafkaSettings, ensure_topics
 
 LIMIT_S = 120.0
 

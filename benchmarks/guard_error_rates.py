@@ -20,7 +20,7 @@ import random
 import statistics
 import time
 
-from harness_r1.deploy.guard import GuardConfig, Verdict, judge, probability_better
+from harness_r1.deploy import GuardConfig, Verdict, judge, probability_better
 
 CASES = {
     "A/A 0.3": (0.3, 0.3),

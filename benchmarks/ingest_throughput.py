@@ -30,11 +30,9 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics
-from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
-from harness_r1.contracts.trajectory import Step
-from harness_r1.daemon.ingest import IngestConfig, TrajectoryIngest
+from harness_r1.consumers import EmbeddedBroker, KafkaSettings, ensure_topics
+from harness_r1.contracts import Outcome, Step, TargetRef, TaskRef, Termination, Timings, Trajectory
+from harness_r1.daemon import IngestConfig, TrajectoryIngest
 from harness_r1.daemon.store import StateStore
 
 TARGET_BYTES = 5300

@@ -14,15 +14,14 @@ import time
 
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
-from harness_r1.harness.policies.transformers_backend import (
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig, spread
+from harness_r1.harness.policies import (
+    PrefixCacheStore,
+    SamplingConfig,
     TransformersPolicy,
     copy_kv_prefix,
     crop_kv_cache,
 )
-from harness_r1.harness.tasks import spread
 
 
 def measure(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from harness_r1.contracts import OriginCounts
-from harness_r1.harness.evaluation import wilson_interval
+from harness_r1.harness import wilson_interval
 
 FAULTS = {"raised", "junk", "timeout", "crashed", "violation", "memory", "oversized", "invalid"}
 

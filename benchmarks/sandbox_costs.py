@@ -17,15 +17,19 @@ import time
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
-from harness_r1.harness import HarnessRuntime, HookSet, InProcessHooks, RunConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
-from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner, Candidate
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
-from harness_r1.sandbox.hooklib import hook_globals
-from harness_r1.sandbox.patchfile import reference_patches
-from harness_r1.sandbox.static import check_patch
+from harness_r1.harness import HarnessRuntime, HookSet, InProcessHooks, RunConfig, spread
+from harness_r1.harness.policies import SamplingConfig, TransformersPolicy
+from harness_r1.sandbox import (
+    BaselineCache,
+    CanaryBatch,
+    CanaryRunner,
+    Candidate,
+    IsolatedHooks,
+    SandboxConfig,
+    check_patch,
+    hook_globals,
+    reference_patches,
+)
 
 TRIVIAL = "def hook(ctx, state):\n    state['n'] = state.get('n', 0) + 1\n    return None\n"
 

@@ -20,10 +20,8 @@ from typing import Any
 
 import torch
 
-from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpoint
-from harness_r1.trainer.deployed_target import deployed_settings, read_rows, tokenize_row
-from harness_r1.trainer.model_io import load_policy
-from harness_r1.trainer.runs import use_bf16
+from harness_r1.harness.policies import EMBEDDED, converted_checkpoint
+from harness_r1.trainer import deployed_settings, load_policy, read_rows, tokenize_row, use_bf16
 
 
 def load(base: str) -> tuple[Any, Any]:

@@ -23,12 +23,9 @@ from typing import Any
 
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
-from harness_r1.envs.alfworld import translation_cache
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.cpu import BF16_FLAGS, cpu_flags
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
-from harness_r1.harness.tasks import spread
+from harness_r1.envs.alfworld import clear_translations
+from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig, spread
+from harness_r1.harness.policies import BF16_FLAGS, SamplingConfig, TransformersPolicy, cpu_flags
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ def decisions_per_s(
 ) -> float:
     root = Settings().data_root()
     suite = get_suite(env)
-    translation_cache.clear()  # every configuration translates its ALFWorld games afresh
+    clear_translations()  # every configuration translates its ALFWorld games afresh
     tasks = spread(suite.load_tasks(root, split), args.episodes)
     config = RunConfig(
         max_steps=args.max_steps, lockstep=args.episodes, history_turns=args.history_turns
@@ -132,7 +129,7 @@ def raw_speeds(policy: TransformersPolicy, context: int, rounds: int) -> dict[st
     import torch
     from transformers import DynamicCache
 
-    from harness_r1.harness.policies.kv_lockstep import left_pad_stack, row_cache
+    from harness_r1.harness.policies import left_pad_stack, row_cache
 
     model = policy.model
     ids = torch.randint(100, 40_000, (8, context))

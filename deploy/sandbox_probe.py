@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 from harness_r1.daemon.settings import load_settings
-from harness_r1.sandbox.executor import IsolatedHooks
-from harness_r1.sandbox.patchfile import REFERENCE_DIR, load_patch_file
+from harness_r1.sandbox import REFERENCE_DIR, IsolatedHooks, load_patch_file
 
 
 def _children() -> list[int]:

@@ -2,6 +2,7 @@
 
 Subpackages, in the direction dependencies point:
 contracts -> envs -> harness -> sandbox -> trainer -> deploy -> daemon -> cli (README "Layout").
+exports.py: a package's public names, loaded on first use.
 """
 
 __version__ = "0.1.0"

@@ -33,6 +33,9 @@ ALLOWED: dict[str, set[str]] = {
     },
 }
 
+#: root modules every package may import: tools of the layout itself, not a layer
+EVERYONES = {"exports"}
+
 
 def imported_packages(path: Path) -> set[str]:
     found = set()
@@ -55,7 +58,7 @@ def test_every_package_imports_only_what_the_layout_allows() -> None:
     breaches = []
     for package in sorted(packages):
         for path in sorted((ROOT / package).rglob("*.py")):
-            extra = imported_packages(path) - ALLOWED[package] - {package}
+            extra = imported_packages(path) - ALLOWED[package] - {package} - EVERYONES
             if extra:
                 breaches.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
     assert not breaches, "\n".join(breaches)
@@ -124,3 +127,61 @@ def test_no_modules_import_each_other() -> None:
     for module, targets in graph.items():
         targets.discard(module)
     assert shape.circles(graph) == []
+
+
+def product_sources() -> dict[str, ast.Module]:
+    """Every product and benchmark module, by path from the repository root."""
+    repo = ROOT.parent
+    paths = [
+        *ROOT.rglob("*.py"),
+        *(repo / "benchmarks").rglob("*.py"),
+        *(repo / "deploy").glob("*.py"),
+    ]
+    return {
+        str(path.relative_to(repo)): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(paths)
+    }
+
+
+def test_imports_from_outside_a_package_go_through_its_public_names() -> None:
+    """A package's `__init__` states what others may use; an import from outside the package
+    names the package, never one of its modules (a lazy import no less)."""
+    shape, _, packages = import_graph()
+    modules = {shape.module_name(str(p.relative_to(ROOT.parent))) for p in ROOT.rglob("*.py")}
+    reaching = [
+        f"{path}: {target}"
+        for path, tree in product_sources().items()
+        for target in sorted(set(shape.imported_modules(tree, packages, modules)))
+        if shape.into_internals(shape.module_name(path), target, packages)
+    ]
+    assert reaching == [], reaching
+
+
+def test_every_public_name_of_every_package_resolves() -> None:
+    """What `__all__` promises is there: each name imports (lazily exported ones included)."""
+    import importlib
+
+    missing = []
+    for init in sorted(ROOT.rglob("__init__.py")):
+        name = ".".join(init.parent.relative_to(ROOT.parent).parts)
+        package = importlib.import_module(name)
+        missing += [
+            f"{name}.{n}" for n in getattr(package, "__all__", []) if not hasattr(package, n)
+        ]
+    assert missing == [], missing
+
+
+def test_reading_the_settings_builds_no_service() -> None:
+    """`config show` reads settings through half the packages: their public names load on
+    first use, so neither the overlay registry, the daemon's wiring nor torch comes with them."""
+    import subprocess
+
+    probe = (
+        "import sys, harness_r1.daemon.settings as s; s.Settings(); "
+        "print(sorted(m for m in ('torch', 'harness_r1.deploy.registry', "
+        "'harness_r1.daemon.wiring', 'harness_r1.trainer.grpo') if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"

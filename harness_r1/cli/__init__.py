@@ -42,3 +42,10 @@ Modules:
 - jobs/: What the heavier commands run (canary, eval, engineer evaluation, data status and
   fetch, patch check): plain functions over request ...
 """
+
+from harness_r1.cli.train import PAUSED_EXIT, PAUSED_FILE
+
+__all__ = [
+    "PAUSED_EXIT",
+    "PAUSED_FILE",
+]

@@ -55,6 +55,6 @@ def config_reference() -> None:
     markdown, the production-required ones marked: docs/configuration.md is this output.
 
     Example: `harness-r1 config reference > docs/configuration.md`"""
-    from harness_r1.daemon.settings.reference import settings_reference
+    from harness_r1.daemon.settings import settings_reference
 
     typer.echo(settings_reference(), nl=False)

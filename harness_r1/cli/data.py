@@ -25,7 +25,7 @@ def schemas_export(directory: Path) -> None:
     """Write every message's JSON Schema into DIRECTORY.
 
     Example: `harness-r1 schemas export docs/schemas`"""
-    from harness_r1.contracts.schemas import export_schemas
+    from harness_r1.contracts import export_schemas
 
     for path in export_schemas(directory):
         typer.echo(str(path))
@@ -36,7 +36,7 @@ def data_status() -> None:
     """Show which data files are present per env and split.
 
     Example: `harness-r1 data status`"""
-    from harness_r1.cli.jobs.data import status_table
+    from harness_r1.cli.jobs import status_table
 
     console.print(status_table(cli_settings().data_root()))
 
@@ -76,7 +76,7 @@ def data_fetch(
     """Download the official files for ENV and lay them out as the data root expects.
 
     Example: `harness-r1 data fetch webshop --dest data`"""
-    from harness_r1.cli.jobs.data import fetch
+    from harness_r1.cli.jobs import fetch
 
     settings = cli_settings()
     root = dest or settings.data or Path("data")
@@ -91,7 +91,7 @@ def patch_check(
     """Parse and statically check FILE; print a JSON report; exit 1 if rejected, 2 if unreadable.
 
     Example: `harness-r1 patch check harness_r1/sandbox/reference_patches/dbbench_lookup.patch`"""
-    from harness_r1.cli.jobs.patch_check import check_file
+    from harness_r1.cli.jobs import check_file
 
     report, code = check_file(file, env)
     typer.echo(json.dumps(report, indent=2))
@@ -107,7 +107,7 @@ def packet_build(
     """Build one failure packet per (env, target, harness version) from a trajectories JSONL.
 
     Example: `harness-r1 packet build runs/dev.jsonl --token-budget 4000`"""
-    from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
+    from harness_r1.consumers import PacketConfig, build_packet_from_jsonl
 
     if selection not in ("round_robin", "lowest_reward"):
         raise typer.BadParameter("selection must be round_robin or lowest_reward")

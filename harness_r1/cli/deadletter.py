@@ -23,7 +23,7 @@ from rich.table import Table
 from harness_r1.cli.group import command_group
 
 if TYPE_CHECKING:
-    from harness_r1.consumers.kafka import Record
+    from harness_r1.consumers import Record
 
 deadletter_app = command_group("The dead-letter topic: inspect it, re-drive records from it.")
 ConfigOption = Annotated[
@@ -60,8 +60,8 @@ def _view(record_offset: int, partition: int, headers: dict[str, str], size: int
 
 def _read_all(config: Path | None) -> list[tuple[Record, DeadLetterView]]:
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.consumers.kafka import BroadcastReader
-    from harness_r1.daemon.deadletter import original_record_parts
+    from harness_r1.consumers import BroadcastReader
+    from harness_r1.daemon import original_record_parts
 
     settings = cli_settings(config)
     kafka = settings.kafka_client("harness-r1-cli")
@@ -143,8 +143,8 @@ def deadletter_redrive(
 
     Example: `harness-r1 deadletter redrive --reason unsupported_version`"""
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.consumers.kafka import make_producer, publish
-    from harness_r1.daemon.deadletter import original_record_parts
+    from harness_r1.consumers import make_producer, publish
+    from harness_r1.daemon import original_record_parts
 
     if not ids and reason is None:
         raise typer.BadParameter("name dead letter ids, or --reason CODE")

@@ -22,7 +22,7 @@ from harness_r1.cli.options import (
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
-from harness_r1.contracts.hooks import HookName
+from harness_r1.contracts import HookName
 
 console = Console(stderr=True)
 
@@ -96,11 +96,9 @@ def engineer_evaluate(
 
     Example: `harness-r1 engineer evaluate runs/dev.jsonl --env dbbench --split dev --adapter
     artifacts/engineer/v0002 --out heldout.json`"""
-    from harness_r1.cli.jobs.engineer_eval import EngineerEvalRequest, run_engineer_eval
-    from harness_r1.sandbox.gate import GateConfig
-    from harness_r1.trainer.engineer import EngineerSpec
-    from harness_r1.trainer.heldout import HeldOutConfig
-    from harness_r1.trainer.prompt import PromptConfig, hooks_without
+    from harness_r1.cli.jobs import EngineerEvalRequest, run_engineer_eval
+    from harness_r1.sandbox import GateConfig
+    from harness_r1.trainer import EngineerSpec, HeldOutConfig, PromptConfig, hooks_without
 
     settings = cli_settings()
     request = EngineerEvalRequest(
@@ -167,23 +165,22 @@ def engineer_propose(
     """Read a packet (JSON, or trajectories JSONL) and print K proposals with their validity.
 
     Example: `harness-r1 engineer propose packet.json -k 4 --backend template`"""
-    from harness_r1.trainer.propose import proposals_json, propose_command
+    from harness_r1.trainer import proposals_json, propose_command
 
     settings = cli_settings()
     if backend == "template":
-        from harness_r1.trainer.propose import load_packet
-        from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
+        from harness_r1.trainer import TeacherConfig, TemplateTeacher, load_packet
 
         teacher = TemplateTeacher(TeacherConfig(advisory=settings.gate.advisory))
         texts = teacher.propose(load_packet(packet), k, seed)
         typer.echo(json.dumps([{"index": i, "text": t} for i, t in enumerate(texts)], indent=2))
         return
-    from harness_r1.trainer.engineer import EngineerSpec
+    from harness_r1.trainer import EngineerSpec
 
     spec = EngineerSpec(
         kind=backend, base_url=base_url, model=model, adapter=adapter, cache_dir=settings.cache
     )
-    from harness_r1.trainer.prompt import PromptConfig
+    from harness_r1.trainer import PromptConfig
 
     proposals = propose_command(
         packet,

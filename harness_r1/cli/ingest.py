@@ -42,7 +42,7 @@ def ingest_skip(
     Example: `harness-r1 ingest skip --partition 2 --offset 1734 --reason "undecodable batch"`
     """
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.consumers.kafka import partition_end
+    from harness_r1.consumers import partition_end
 
     settings = cli_settings(config)
     kafka = settings.kafka_client("harness-r1-cli")
@@ -83,7 +83,7 @@ def ingest_reset(
     Example: `harness-r1 ingest reset --partition 0 --to earliest --reason "topic recreated"`
     """
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.consumers.kafka import partition_end, partition_start
+    from harness_r1.consumers import partition_end, partition_start
 
     if to not in ("earliest", "latest"):
         raise typer.BadParameter("earliest or latest", param_hint="--to")
@@ -108,10 +108,8 @@ def _publish(  # type: ignore[no-untyped-def]
     settings, kind: str, topic: str, partition: int, offset: int, actor: str | None, reason: str
 ):
     """A signed skip_offset or reset_offset for this daemon's consumer group."""
-    from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
-    from harness_r1.deploy.publisher import Publisher, PublisherConfig
-    from harness_r1.deploy.registry import OverlayRegistry
-    from harness_r1.deploy.signing import Signer
+    from harness_r1.consumers import ensure_topics, make_producer, publish
+    from harness_r1.deploy import OverlayRegistry, Publisher, PublisherConfig, Signer
 
     kafka = settings.kafka_client("harness-r1-cli")
     ensure_topics(kafka, [settings.control_topic])

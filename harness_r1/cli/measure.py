@@ -78,7 +78,7 @@ def eval_command(
     `--on`) and report success rates.
 
     Example: `harness-r1 eval --env dbbench --split dev --limit 20 --out runs/dev.jsonl`"""
-    from harness_r1.cli.jobs.eval import EvalRequest, run_eval
+    from harness_r1.cli.jobs import EvalRequest, run_eval
 
     settings = cli_settings()
     target = target_spec(
@@ -149,8 +149,8 @@ def canary_command(
 
     Example: `harness-r1 canary --env dbbench --split dev --limit 20 --guard-limit 20 --patch
     harness_r1/sandbox/reference_patches/dbbench_lookup.patch`"""
-    from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
-    from harness_r1.sandbox.gate import GateConfig
+    from harness_r1.cli.jobs import CanaryRequest, canary_table, run_canary
+    from harness_r1.sandbox import GateConfig
 
     settings = cli_settings()
     loop = settings.loop

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 if TYPE_CHECKING:
-    from harness_r1.cli.jobs.target import TargetSpec
+    from harness_r1.cli.jobs import TargetSpec
     from harness_r1.daemon.settings import Settings
 
 T = TypeVar("T")
@@ -118,7 +118,7 @@ def target_spec(
 ) -> TargetSpec:
     """The target a command runs: its own options, the two settings-defaulted ones resolved
     against `settings`, the model cache from the settings."""
-    from harness_r1.cli.jobs.target import TargetSpec
+    from harness_r1.cli.jobs import TargetSpec
 
     return TargetSpec(
         history_turns=or_setting(history_turns, settings.loop.history_turns),

@@ -31,7 +31,7 @@ Reason = Annotated[str, typer.Option(help="Why (recorded in the registry and the
 
 
 def _registry():  # type: ignore[no-untyped-def]
-    from harness_r1.deploy.registry import OverlayRegistry
+    from harness_r1.deploy import OverlayRegistry
 
     return OverlayRegistry(cli_settings().registry_url())
 
@@ -48,7 +48,7 @@ def keys_generate(
     """Write KEY_ID.key (private, mode 0600) and KEY_ID.pub into --dir.
 
     Example: `harness-r1 keys generate ops-1 --dir keys`"""
-    from harness_r1.deploy.signing import generate_keypair
+    from harness_r1.deploy import generate_keypair
 
     private, public = generate_keypair(directory, key_id)
     typer.echo(f"private: {private}\npublic:  {public}")
@@ -69,9 +69,7 @@ def overlay_add(
     with --parent, FILE composed onto that overlay's chain (the composition must pass too).
 
     Example: `harness-r1 overlay add fix.patch --target pool-a --env dbbench --parent ov-3f2a9c`"""
-    from harness_r1.sandbox.compose import CompositionRefused, Link, compose
-    from harness_r1.sandbox.intake import check
-    from harness_r1.sandbox.patchfile import load_patch_file
+    from harness_r1.sandbox import CompositionRefused, Link, check, compose_chain, load_patch_file
 
     patch = load_patch_file(file, env)
     refusal = check(patch)
@@ -89,7 +87,7 @@ def overlay_add(
     if parent is not None:
         chain = [Link(oid, link) for oid, link in registry.chain(parent)]
         try:
-            composition = compose([*chain, Link(f"file-{file.stem}", patch)])
+            composition = compose_chain([*chain, Link(f"file-{file.stem}", patch)])
         except CompositionRefused as err:
             console.print(f"[red]rejected[/red] composition_{err.code}: {err.message}")
             raise typer.Exit(1) from err
@@ -139,7 +137,7 @@ def overlay_show(overlay_id: str) -> None:
     link contributed each hook, its own link, state, evidence and event history.
 
     Example: `harness-r1 overlay show ov-3f2a9c`"""
-    from harness_r1.deploy.registry import render_record
+    from harness_r1.deploy import render_record
 
     registry = _registry()
     record = registry.get(overlay_id)
@@ -164,7 +162,7 @@ def overlay_diff(
     Example: `harness-r1 overlay diff ov-3f2a9c ov-77b1e0`"""
     from dataclasses import replace
 
-    from harness_r1.deploy.registry import OverlayRecord, diff_overlays
+    from harness_r1.deploy import OverlayRecord, diff_overlays
 
     registry = _registry()
 
@@ -177,9 +175,8 @@ def overlay_diff(
 
 
 def _publisher():  # type: ignore[no-untyped-def]
-    from harness_r1.consumers.kafka import ensure_topics, make_producer, publish
-    from harness_r1.deploy.publisher import Publisher, PublisherConfig
-    from harness_r1.deploy.signing import Signer
+    from harness_r1.consumers import ensure_topics, make_producer, publish
+    from harness_r1.deploy import Publisher, PublisherConfig, Signer
 
     settings = cli_settings()
     kafka = settings.kafka_client("harness-r1-cli")

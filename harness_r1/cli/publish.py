@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from harness_r1.consumers.kafka import KafkaSettings
+    from harness_r1.consumers import KafkaSettings
 
 #: A record the broker did not acknowledge (bad input is 1, click's usage errors are 2).
 EXIT_PUBLISH_FAILED = 3
@@ -74,8 +74,8 @@ def check_lines(
 ) -> Checked:
     """Validate each line as the daemon's ingest would (same parser, same size limit) and,
     with `replay_check` (`daemon/replayable.py`), note the failures it could not replay."""
-    from harness_r1.consumers.packets import is_failure
-    from harness_r1.daemon.ingest import Unreadable, parse_trajectory
+    from harness_r1.consumers import is_failure
+    from harness_r1.daemon import Unreadable, parse_trajectory
 
     valid: list[tuple[Line, str]] = []
     invalid: list[tuple[Line, str]] = []
@@ -128,8 +128,7 @@ def publish_command(
 
     Example: `harness-r1 publish runs/x.jsonl --dry-run`"""
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.daemon.replayable import ReplayableTasks
-    from harness_r1.daemon.tasks import TaskIndex
+    from harness_r1.daemon import ReplayableTasks, TaskIndex
 
     settings = cli_settings(config)
     replay = ReplayableTasks(TaskIndex(settings.data_root))
@@ -163,12 +162,7 @@ def publish_command(
 def _produce(kafka: KafkaSettings, topic: str, lines: list[Line]) -> int:
     """Send each line as our agents send a trajectory (no key, no headers), each acknowledged
     before the next; exits EXIT_PUBLISH_FAILED, saying how far it got, on the first failure."""
-    from harness_r1.consumers.kafka import (
-        KafkaUnavailableError,
-        PublishError,
-        make_producer,
-        publish,
-    )
+    from harness_r1.consumers import KafkaUnavailableError, PublishError, make_producer, publish
 
     if not lines:
         return 0

@@ -94,10 +94,8 @@ def demo(
         if not outcome.rounds:
             raise typer.Exit(1)
         return
-    from harness_r1.cli.jobs.canary import CanaryRequest, canary_table, run_canary
-    from harness_r1.cli.jobs.target import TargetSpec
-    from harness_r1.sandbox.gate import GateConfig
-    from harness_r1.sandbox.patchfile import REFERENCE_DIR
+    from harness_r1.cli.jobs import CanaryRequest, TargetSpec, canary_table, run_canary
+    from harness_r1.sandbox import REFERENCE_DIR, GateConfig
 
     settings = cli_settings()
     root = settings.data_root()
@@ -156,8 +154,7 @@ def run_daemon(
     SIGTERM or Ctrl-C drains in-flight work and exits.
 
     Example: `harness-r1 run --config /etc/harness-r1/daemon.yaml`"""
-    from harness_r1.daemon.observability import configure_logging
-    from harness_r1.daemon.wiring import build_daemon
+    from harness_r1.daemon import build_daemon, configure_logging
 
     settings = cli_settings(config)
     if settings.metrics.log_format == "json":

@@ -16,8 +16,7 @@ from rich.table import Table
 from harness_r1.cli.group import command_group
 
 if TYPE_CHECKING:
-    from harness_r1.consumers.kafka import KafkaSettings
-    from harness_r1.consumers.topics import TopicSpec, TopicState
+    from harness_r1.consumers import KafkaSettings, TopicSpec, TopicState
 
 topics_app = command_group("The deployment's Kafka topics: create them, describe them.")
 ConfigOption = Annotated[
@@ -40,7 +39,7 @@ def _topics(
 ) -> tuple[list[TopicSpec], KafkaSettings]:
     """The recommended topics and the Kafka client settings, from one read of the settings."""
     from harness_r1.cli.settings import cli_settings
-    from harness_r1.daemon.topics import recommended_topics
+    from harness_r1.daemon import recommended_topics
 
     settings = cli_settings(config)
     specs = recommended_topics(
@@ -60,7 +59,7 @@ def topics_create(
     they are (differences are reported, and the command fails when one must be fixed).
 
     Example: `harness-r1 topics create --replication-factor 3`"""
-    from harness_r1.consumers.topics import create_topics, describe_topics, differences
+    from harness_r1.consumers import create_topics, describe_topics, differences
 
     specs, kafka = _topics(config, replication_factor, trajectory_partitions)
     if dry_run:
@@ -90,7 +89,7 @@ def topics_describe(
     reports) beside the recommendation; exit 1 when a topic is missing.
 
     Example: `harness-r1 topics describe --json`"""
-    from harness_r1.consumers.topics import describe_topics, differences
+    from harness_r1.consumers import describe_topics, differences
 
     specs, kafka = _topics(config, replication_factor, trajectory_partitions)
     states = describe_topics(kafka, [spec.name for spec in specs])
@@ -115,7 +114,7 @@ def topics_describe(
 
 
 def _described(spec: TopicSpec, state: TopicState) -> dict[str, object]:
-    from harness_r1.consumers.topics import differences
+    from harness_r1.consumers import differences
 
     return {
         "topic": spec.name,
@@ -156,7 +155,7 @@ def broker_command(
     import signal
     import threading
 
-    from harness_r1.consumers.broker import EmbeddedBroker
+    from harness_r1.consumers import EmbeddedBroker
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

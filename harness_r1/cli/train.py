@@ -57,9 +57,8 @@ def coldstart(
 
     Example: `harness-r1 train coldstart runs/train.jsonl --env dbbench --split standard --out
     runs/cs`"""
-    from harness_r1.cli.jobs.coldstart import ColdStartRequest, run_coldstart
-    from harness_r1.trainer.teacher import TeacherConfig
-    from harness_r1.trainer.writers import TemplateWriter
+    from harness_r1.cli.jobs import ColdStartRequest, run_coldstart
+    from harness_r1.trainer import TeacherConfig, TemplateWriter
 
     settings = cli_settings()
     request = ColdStartRequest(
@@ -126,7 +125,7 @@ def sft(
     """Cold-start SFT (LoRA, completion-only loss); publishes the next engineer version.
 
     Example: `harness-r1 train sft runs/cs/dataset.jsonl --out artifacts`"""
-    from harness_r1.trainer.sft import SftSettings, train_sft
+    from harness_r1.trainer import SftSettings, train_sft
 
     settings = SftSettings(
         output_root=out,
@@ -211,18 +210,19 @@ def target(
         return
     if not runs or not generations:
         raise typer.BadParameter("give the runs and their --generations (or --from-experts)")
-    from harness_r1.consumers.packets import read_trajectories
+    from harness_r1.consumers import read_trajectories
     from harness_r1.envs import get_suite
-    from harness_r1.harness.policies.local_models import EMBEDDED
-    from harness_r1.trainer.model_io import resolve_base
-    from harness_r1.trainer.sft import SftSettings, train_sft
-    from harness_r1.trainer.target_experts import write_rows
-    from harness_r1.trainer.target_sft import (
+    from harness_r1.harness.policies import EMBEDDED
+    from harness_r1.trainer import (
+        SftSettings,
         check_runs_of,
         executed_success_rows,
         merge_checkpoint,
         own_success_rows,
         read_records,
+        resolve_base,
+        train_sft,
+        write_rows,
     )
 
     trajectories = [t for path in runs for t in read_trajectories(path)]
@@ -264,7 +264,7 @@ def target(
 def _deployed_from_experts(
     out: Path, max_steps: int, alfworld_games: int, ship_to: Path | None
 ) -> None:
-    from harness_r1.cli.jobs.deployed import DEFAULT_TASKS, ExpertRequest, build_deployed
+    from harness_r1.cli.jobs import DEFAULT_TASKS, ExpertRequest, build_deployed
 
     settings = cli_settings()
     request = ExpertRequest(
@@ -355,9 +355,14 @@ def grpo_online(
 
     Example: `harness-r1 train grpo online runs/cs/packets.jsonl --adapter
     artifacts/engineer/v0001`"""
-    from harness_r1.trainer.canary_reward import CanaryReward, canary_rows
-    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_online
-    from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
+    from harness_r1.trainer import (
+        CanaryReward,
+        GrpoSettings,
+        canary_rows,
+        load_packet_rows,
+        packets_and_resolver,
+        train_grpo_online,
+    )
 
     settings = cli_settings()
     turns = or_setting(history_turns, settings.loop.history_turns)
@@ -381,9 +386,8 @@ def grpo_online(
         stop_after_s=None if stop_after_minutes is None else stop_after_minutes * 60,
         cpu_bf16=cpu_bf16,
     )
-    from harness_r1.sandbox.gate import GateConfig
-    from harness_r1.trainer.errors import TrainingPaused
-    from harness_r1.trainer.prompt import PromptConfig
+    from harness_r1.sandbox import GateConfig
+    from harness_r1.trainer import PromptConfig, TrainingPaused
 
     # gate.profile reaches the reward: under attribution limits a solver earns the refusal's
     attribution = settings.gate.applied_to(GateConfig()) if settings.gate.limits() else None
@@ -428,8 +432,7 @@ def grpo_replay(
 
     Example: `harness-r1 train grpo replay state/replay/groups.jsonl --adapter
     artifacts/engineer/v0001`"""
-    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_replay
-    from harness_r1.trainer.replay import load_replay_groups
+    from harness_r1.trainer import GrpoSettings, load_replay_groups, train_grpo_replay
 
     groups = load_replay_groups(groups_file)
     if not groups:
@@ -455,10 +458,8 @@ def _canary_runners(  # type: ignore[no-untyped-def]
     """env name -> the canary runner that rewards online completions (one shared target)."""
     from harness_r1.envs import get_suite
     from harness_r1.harness import RunConfig
-    from harness_r1.harness.policies.base import SamplingConfig
-    from harness_r1.harness.policies.factory import PolicySpec, build_policy
-    from harness_r1.sandbox.canary import CanaryRunner
-    from harness_r1.sandbox.canary_factory import build_canary_runner
+    from harness_r1.harness.policies import PolicySpec, SamplingConfig, build_policy
+    from harness_r1.sandbox import CanaryRunner, build_canary_runner
 
     settings = cli_settings()
     root = settings.data_root()

@@ -49,6 +49,6 @@ def failure_mode(trajectory: Trajectory) -> str | None:
     return BUDGET
 
 
-def failure_modes(trajectories: Iterable[Trajectory]) -> Counter[str]:
+def count_failure_modes(trajectories: Iterable[Trajectory]) -> Counter[str]:
     """Failed episodes per mode."""
     return Counter(m for t in trajectories if (m := failure_mode(t)) is not None)

@@ -36,6 +36,7 @@ from harness_r1.contracts.canary import (
     PatchAlone,
 )
 from harness_r1.contracts.envelopes import (
+    INGEST_TARGET_PREFIX,
     ControlCommand,
     ControlKind,
     OverlayRelease,
@@ -51,6 +52,7 @@ from harness_r1.contracts.packet import (
     Snippet,
 )
 from harness_r1.contracts.patch import HookCode, HookMode, Patch
+from harness_r1.contracts.schemas import MESSAGES, export_schemas, render_schemas
 from harness_r1.contracts.task import TaskRef, TaskSpec
 from harness_r1.contracts.trajectory import (
     BASE_HARNESS,
@@ -65,54 +67,42 @@ from harness_r1.contracts.trajectory import (
     Trajectory,
 )
 
-#: Every top-level message, by the file name its JSON Schema is exported under.
-MESSAGES: dict[str, type[Message]] = {
-    "trajectory": Trajectory,
-    "task_spec": TaskSpec,
-    "failure_packet": FailurePacket,
-    "patch": Patch,
-    "overlay_release": OverlayRelease,
-    "control_command": ControlCommand,
-    "signed_envelope": SignedEnvelope,
-    "candidate_result": CandidateResult,
-    "canary_report": CanaryReport,
-}
-
 __all__ = [
     "ALLOWED_EFFECTS",
     "ActionOrigin",
-    "OriginCounts",
-    "TRAJECTORY_SCHEMA_VERSION",
-    "format_share",
     "BASE_HARNESS",
+    "CanaryReport",
     "CandidateCost",
     "CandidateResult",
-    "CanaryReport",
-    "PairedTask",
-    "PatchAlone",
-    "MESSAGES",
-    "SCHEMA_VERSION",
     "Contract",
     "ControlCommand",
     "ControlKind",
     "EffectKind",
     "FailurePacket",
     "HookCode",
-    "HookMode",
-    "IncumbentHook",
     "HookEffect",
     "HookFault",
     "HookFaultKind",
+    "HookMode",
     "HookName",
+    "INGEST_TARGET_PREFIX",
+    "IncumbentHook",
+    "MESSAGES",
+    "render_schemas",
     "Message",
+    "OriginCounts",
     "Outcome",
     "OverlayRelease",
     "PacketEpisode",
+    "PairedTask",
     "Patch",
+    "PatchAlone",
     "RuntimeSignals",
+    "SCHEMA_VERSION",
     "SignedEnvelope",
     "Snippet",
     "Step",
+    "TRAJECTORY_SCHEMA_VERSION",
     "TargetRef",
     "TaskRef",
     "TaskSpec",
@@ -121,4 +111,6 @@ __all__ = [
     "Trajectory",
     "UnsupportedSchemaVersion",
     "check_schema_version",
+    "export_schemas",
+    "format_share",
 ]

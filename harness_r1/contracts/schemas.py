@@ -5,7 +5,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness_r1.contracts import MESSAGES
+from harness_r1.contracts.base import Message
+from harness_r1.contracts.canary import CanaryReport, CandidateResult
+from harness_r1.contracts.envelopes import ControlCommand, OverlayRelease, SignedEnvelope
+from harness_r1.contracts.packet import FailurePacket
+from harness_r1.contracts.patch import Patch
+from harness_r1.contracts.task import TaskSpec
+from harness_r1.contracts.trajectory import Trajectory
+
+#: Every top-level message, by the file name its JSON Schema is exported under.
+MESSAGES: dict[str, type[Message]] = {
+    "trajectory": Trajectory,
+    "task_spec": TaskSpec,
+    "failure_packet": FailurePacket,
+    "patch": Patch,
+    "overlay_release": OverlayRelease,
+    "control_command": ControlCommand,
+    "signed_envelope": SignedEnvelope,
+    "candidate_result": CandidateResult,
+    "canary_report": CanaryReport,
+}
 
 
 def render_schemas() -> dict[str, str]:

@@ -33,3 +33,37 @@ Modules:
 - store/: The daemon's durable state: trajectories, consumer positions, failure batches and
   results
 """
+
+from typing import TYPE_CHECKING
+
+from harness_r1.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from harness_r1.daemon.deadletter import original_record_parts
+    from harness_r1.daemon.ingest import (
+        IngestConfig,
+        TrajectoryIngest,
+        Unreadable,
+        parse_trajectory,
+    )
+    from harness_r1.daemon.observability import configure_logging
+    from harness_r1.daemon.replayable import ReplayableTasks
+    from harness_r1.daemon.tasks import TaskIndex
+    from harness_r1.daemon.topics import recommended_topics
+    from harness_r1.daemon.wiring import build_daemon
+
+__getattr__ = lazy_exports(__name__, __file__)
+
+
+__all__ = [
+    "IngestConfig",
+    "ReplayableTasks",
+    "TaskIndex",
+    "TrajectoryIngest",
+    "Unreadable",
+    "build_daemon",
+    "configure_logging",
+    "original_record_parts",
+    "parse_trajectory",
+    "recommended_topics",
+]

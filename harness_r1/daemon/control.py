@@ -53,13 +53,19 @@ from typing import cast
 import structlog
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from harness_r1.consumers.kafka import BroadcastReader, Record
+from harness_r1.consumers import BroadcastReader, Record
 from harness_r1.contracts import ControlCommand, ControlKind
 from harness_r1.daemon.ingest import next_positions
-from harness_r1.deploy.acceptance import check_stream, open_message
-from harness_r1.deploy.publisher import record_control
-from harness_r1.deploy.registry import OverlayRegistry
-from harness_r1.deploy.signing import Keyring, Rejection, VerificationError, open_envelope
+from harness_r1.deploy import (
+    Keyring,
+    OverlayRegistry,
+    Rejection,
+    VerificationError,
+    check_stream,
+    open_envelope,
+    open_message,
+    record_control,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Protocol
 
 import structlog
 
-from harness_r1.consumers.kafka import Record, is_unavailable
+from harness_r1.consumers import Record, is_unavailable
 
 log = structlog.get_logger(__name__)
 

@@ -39,9 +39,7 @@ class GrpoJobResult:
 
 
 def grpo_update(store: StateStore, config: GrpoJobConfig) -> GrpoJobResult:
-    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_replay
-    from harness_r1.trainer.replay import ReplayGroup
-    from harness_r1.trainer.versions import latest_version
+    from harness_r1.trainer import GrpoSettings, ReplayGroup, latest_version, train_grpo_replay
 
     rows = store.untrained_groups()
     replay, skipped = [], 0
@@ -85,7 +83,7 @@ class EngineerVersions:
     def refresh(self) -> str | None:
         """Load the newest published version if it is not the one in use; its engineer's
         name, or None when nothing changed (or the load failed: it is tried again next time)."""
-        from harness_r1.trainer.versions import latest_version
+        from harness_r1.trainer import latest_version
 
         latest = latest_version(self.root)
         if latest is None or latest.name == self.loaded:

@@ -31,10 +31,8 @@ import structlog
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 
-from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, Record
-from harness_r1.consumers.packets import is_failure
-from harness_r1.contracts import Trajectory
-from harness_r1.contracts.base import UnsupportedSchemaVersion
+from harness_r1.consumers import BroadcastReader, KafkaSettings, Record, is_failure
+from harness_r1.contracts import Trajectory, UnsupportedSchemaVersion
 from harness_r1.daemon.deadletter import (
     DEFAULT_MAX_VALUE_BYTES,
     DeadLetter,

@@ -41,27 +41,45 @@ from typing import Any
 
 import structlog
 
-from harness_r1.consumers.packets import build_packet
+from harness_r1.consumers import build_packet
 from harness_r1.contracts import FailurePacket, Trajectory
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.store import Batch, CandidateRow, StateStore
 from harness_r1.daemon.tasks import TaskIndex
-from harness_r1.deploy.guard import GuardDecision, Verdict, judge
-from harness_r1.deploy.guard_loop import enact
-from harness_r1.deploy.promotion import Promoter, Promotion
-from harness_r1.deploy.publisher import Publisher
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState
-from harness_r1.harness import RunCancelled
-from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
-from harness_r1.sandbox.compose import Link, compose, effective_sources
-from harness_r1.sandbox.gate import GateDecision
-from harness_r1.sandbox.gated import Evaluator, GatedReport, best_promoted, run_gated
-from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.propose import Proposal, classify
-from harness_r1.trainer.replay import ReplayGroup
-from harness_r1.trainer.shaping import InvalidRewardShape
-from harness_r1.trainer.writers import PatchWriter
+from harness_r1.deploy import (
+    GuardDecision,
+    OverlayRegistry,
+    OverlayState,
+    Promoter,
+    Promotion,
+    Publisher,
+    Verdict,
+    enact,
+    judge,
+)
+from harness_r1.harness import RunCancelled, spread
+from harness_r1.sandbox import (
+    BASE,
+    CanaryBatch,
+    Candidate,
+    Evaluator,
+    GateDecision,
+    GatedReport,
+    Incumbent,
+    Link,
+    best_promoted,
+    compose_chain,
+    effective_sources,
+    run_gated,
+)
+from harness_r1.trainer import (
+    EngineerSample,
+    InvalidRewardShape,
+    PatchWriter,
+    Proposal,
+    ReplayGroup,
+    classify,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -380,7 +398,7 @@ class ImprovementLoop:
         patches = {_cid(batch_id, i): p.patch for i, p in enumerate(proposals)}
         patch = patches[cid]
         assert patch is not None  # the gate promotes evaluated candidates only
-        composition = compose([*incumbent.links, Link(cid, patch)])
+        composition = compose_chain([*incumbent.links, Link(cid, patch)])
         measured = next(r for r in gated.report.candidates if r.candidate_id == cid)
         if measured.composed_sha256 not in (None, composition.patch.sha256()):
             raise RuntimeError(f"{cid}: the composition to release is not the one measured")
@@ -605,7 +623,7 @@ def _group_prompt(
         )
         return json.dumps({"replay": group.to_dict()})
     except ValueError:
-        from harness_r1.trainer.prompt import engineer_messages
+        from harness_r1.trainer import engineer_messages
 
         return json.dumps({"messages": [dict(m) for m in engineer_messages(packet)]})
 

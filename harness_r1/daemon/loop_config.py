@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness_r1.consumers.packets import PacketConfig
-from harness_r1.deploy.guard import GuardConfig
-from harness_r1.sandbox.gate import GateConfig
+from harness_r1.consumers import PacketConfig
+from harness_r1.deploy import GuardConfig
+from harness_r1.sandbox import GateConfig
 
 
 @dataclass(frozen=True)

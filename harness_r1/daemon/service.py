@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from harness_r1.consumers.kafka import split_position_key
+from harness_r1.consumers import split_position_key
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.ingest import PollReport, TrajectoryIngest
 from harness_r1.daemon.loop import ImprovementLoop

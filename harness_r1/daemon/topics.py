@@ -17,7 +17,7 @@ With replication 3 or more, `min.insync.replicas` 2: an acknowledged record surv
 
 from __future__ import annotations
 
-from harness_r1.consumers.topics import TopicSpec
+from harness_r1.consumers import TopicSpec
 from harness_r1.daemon.settings import Settings
 
 DAY_MS = 24 * 3600 * 1000

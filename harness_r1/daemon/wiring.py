@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry
 
-from harness_r1.consumers.kafka import (
+from harness_r1.consumers import (
     BroadcastReader,
     KafkaSettings,
     ensure_topics,
@@ -28,8 +28,7 @@ from harness_r1.consumers.kafka import (
     publish,
     split_position_key,
 )
-from harness_r1.contracts import CanaryReport, ControlCommand, ControlKind
-from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
+from harness_r1.contracts import INGEST_TARGET_PREFIX, CanaryReport, ControlCommand, ControlKind
 from harness_r1.daemon.canary_log import LoggedCanaryProgress
 from harness_r1.daemon.control import ControlFollower
 from harness_r1.daemon.grpo_job import EngineerVersions
@@ -42,16 +41,26 @@ from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.tasks import TaskIndex
-from harness_r1.deploy.guard import GuardConfig
-from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
-from harness_r1.deploy.registry import OverlayRegistry
-from harness_r1.deploy.signing import Keyring, Signer
-from harness_r1.sandbox.canary import BASE, CanaryBatch, CanaryProgress, Candidate, Incumbent
-from harness_r1.sandbox.gate import GateConfig
-from harness_r1.sandbox.gated import Evaluator
-from harness_r1.sandbox.metrics import SandboxMetrics
-from harness_r1.trainer.teacher import TeacherConfig
-from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
+from harness_r1.deploy import (
+    DeployMetrics,
+    GuardConfig,
+    Keyring,
+    OverlayRegistry,
+    Publisher,
+    PublisherConfig,
+    Signer,
+)
+from harness_r1.sandbox import (
+    BASE,
+    CanaryBatch,
+    CanaryProgress,
+    Candidate,
+    Evaluator,
+    GateConfig,
+    Incumbent,
+    SandboxMetrics,
+)
+from harness_r1.trainer import EngineerWriter, PatchWriter, TeacherConfig, TemplateWriter
 
 log = structlog.get_logger(__name__)
 
@@ -181,9 +190,8 @@ class CanaryRunners:
     def _build(self, env: str) -> Evaluator:
         from harness_r1.envs import get_suite
         from harness_r1.harness import RunConfig
-        from harness_r1.harness.policies.base import SamplingConfig
-        from harness_r1.harness.policies.factory import PolicySpec, build_policy
-        from harness_r1.sandbox.canary_factory import build_canary_runner
+        from harness_r1.harness.policies import PolicySpec, SamplingConfig, build_policy
+        from harness_r1.sandbox import build_canary_runner
 
         loop = self.settings.loop
         api_key = loop.target_api_key.get_secret_value() if loop.target_api_key else None
@@ -237,8 +245,7 @@ def build_proposer(settings: Settings, adapter: Path | None = None) -> PatchWrit
     advisory = settings.gate.advisory
     if loop.engineer_backend == "template":
         return TemplateWriter(TeacherConfig(advisory=advisory))
-    from harness_r1.trainer.engineer import EngineerSpec, build_engineer
-    from harness_r1.trainer.versions import latest_version
+    from harness_r1.trainer import EngineerSpec, build_engineer, latest_version
 
     adapter = adapter or latest_version(settings.cache / "engineer-artifacts")
     api_key = loop.engineer_api_key.get_secret_value() if loop.engineer_api_key else None
@@ -251,7 +258,7 @@ def build_proposer(settings: Settings, adapter: Path | None = None) -> PatchWrit
         cache_dir=settings.cache,
         token_ids=True,
     )
-    from harness_r1.trainer.prompt import PromptConfig
+    from harness_r1.trainer import PromptConfig
 
     prompt = PromptConfig(lean=loop.engineer_prompt == "lean", advisory=advisory)
     return EngineerWriter(build_engineer(spec), prompt=prompt)
@@ -620,7 +627,7 @@ def _engineer_reloader(settings: Settings, loop: ImprovementLoop) -> Callable[[s
         if backend not in SWAPPABLE_ENGINEERS:
             log.warning("engineer_version_not_loaded", version=version, backend=backend)
             return None
-        from harness_r1.trainer.versions import versions_dir
+        from harness_r1.trainer import versions_dir
 
         path = versions_dir(settings.cache / "engineer-artifacts") / version
         try:
@@ -636,7 +643,7 @@ def _engineer_reloader(settings: Settings, loop: ImprovementLoop) -> Callable[[s
 
 def _engineer_versions(settings: Settings, loop: ImprovementLoop) -> EngineerVersions:
     """Which engineer version the loop proposes with (other backends only log a new one)."""
-    from harness_r1.trainer.versions import latest_version
+    from harness_r1.trainer import latest_version
 
     root = settings.cache / "engineer-artifacts"
     latest = latest_version(root)  # what build_proposer loaded at start

@@ -26,3 +26,81 @@ Modules:
 - state.py: The agent-side client's durable state: what it runs, what it has accepted, where it
   reads
 """
+
+from typing import TYPE_CHECKING
+
+from harness_r1.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from harness_r1.deploy.acceptance import check_stream, open_message
+    from harness_r1.deploy.agent import DeployedAgent
+    from harness_r1.deploy.client import ClientConfig, MessageSource, OverlayClient
+    from harness_r1.deploy.guard import (
+        GuardConfig,
+        GuardDecision,
+        Verdict,
+        judge,
+        probability_better,
+    )
+    from harness_r1.deploy.guard_loop import enact
+    from harness_r1.deploy.promotion import Promoter, Promotion
+    from harness_r1.deploy.publisher import (
+        DeployMetrics,
+        Publisher,
+        PublisherConfig,
+        record_control,
+    )
+    from harness_r1.deploy.registry import (
+        OverlayRecord,
+        OverlayRegistry,
+        OverlayState,
+        diff_overlays,
+        render_record,
+    )
+    from harness_r1.deploy.signing import (
+        Keyring,
+        Rejection,
+        Signer,
+        VerificationError,
+        generate_keypair,
+        open_envelope,
+    )
+    from harness_r1.deploy.sqlbase import DEFAULT_BUSY_TIMEOUT_MS, SqlDatabase, UtcDateTime
+
+__getattr__ = lazy_exports(__name__, __file__)
+
+
+__all__ = [
+    "ClientConfig",
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "DeployMetrics",
+    "DeployedAgent",
+    "GuardConfig",
+    "GuardDecision",
+    "Keyring",
+    "MessageSource",
+    "OverlayClient",
+    "OverlayRecord",
+    "OverlayRegistry",
+    "OverlayState",
+    "Promoter",
+    "Promotion",
+    "Publisher",
+    "PublisherConfig",
+    "Rejection",
+    "Signer",
+    "SqlDatabase",
+    "UtcDateTime",
+    "Verdict",
+    "VerificationError",
+    "check_stream",
+    "diff_overlays",
+    "enact",
+    "generate_keypair",
+    "judge",
+    "open_envelope",
+    "open_message",
+    "probability_better",
+    "record_control",
+    "render_record",
+]

@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 
 from harness_r1.contracts import TaskSpec, Trajectory
 from harness_r1.deploy.client import OverlayClient
-from harness_r1.harness.episode import EpisodeSpec
-from harness_r1.harness.runtime import HarnessRuntime
+from harness_r1.harness import EpisodeSpec, HarnessRuntime
 
 TrajectorySink = Callable[[Trajectory], None]
 

@@ -44,13 +44,13 @@ from typing import Any, Protocol
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from harness_r1.consumers.kafka import Record
+from harness_r1.consumers import Record
 from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease, Patch
 from harness_r1.deploy.acceptance import Stream, check_seq, check_stream, open_message
 from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.signing import Keyring, Rejection, VerificationError, open_envelope
 from harness_r1.deploy.state import BASE, Hold, StateStore
-from harness_r1.harness.hooks import HookSet, NoHooks
+from harness_r1.harness import HookSet, NoHooks
 
 log = structlog.get_logger(__name__)
 

@@ -25,8 +25,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease
-from harness_r1.contracts.envelopes import INGEST_TARGET_PREFIX
+from harness_r1.contracts import INGEST_TARGET_PREFIX, ControlCommand, ControlKind, OverlayRelease
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC
 from harness_r1.deploy.registry import (
     InvalidTransition,

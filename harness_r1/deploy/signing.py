@@ -25,8 +25,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
-from harness_r1.contracts import ControlCommand, OverlayRelease, SignedEnvelope
-from harness_r1.contracts.base import UnsupportedSchemaVersion, check_schema_version
+from harness_r1.contracts import (
+    ControlCommand,
+    OverlayRelease,
+    SignedEnvelope,
+    UnsupportedSchemaVersion,
+    check_schema_version,
+)
 
 SignedPayload = OverlayRelease | ControlCommand
 KEY_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")

@@ -22,8 +22,20 @@ from __future__ import annotations
 
 import importlib
 
-from harness_r1.envs.base import Env, EnvError, EnvSuite, StepResult, TaskPrompter
-from harness_r1.envs.data import DataError
+from harness_r1.envs.base import (
+    INFO_ADMISSIBLE,
+    INFO_INVALID,
+    INFO_SUCCESS,
+    Env,
+    EnvError,
+    EnvSuite,
+    Expert,
+    ExpertEpisode,
+    StepResult,
+    TaskPrompter,
+)
+from harness_r1.envs.data import DataError, default_data_root
+from harness_r1.envs.fetch import FetchError, fetch_env_data
 
 ENV_NAMES: tuple[str, ...] = ("alfworld", "dbbench", "webshop")
 
@@ -37,12 +49,20 @@ def get_suite(name: str) -> EnvSuite:
 
 
 __all__ = [
-    "ENV_NAMES",
     "DataError",
+    "ENV_NAMES",
     "Env",
     "EnvError",
     "EnvSuite",
+    "Expert",
+    "ExpertEpisode",
+    "FetchError",
+    "INFO_ADMISSIBLE",
+    "INFO_INVALID",
+    "INFO_SUCCESS",
     "StepResult",
     "TaskPrompter",
+    "default_data_root",
+    "fetch_env_data",
     "get_suite",
 ]

@@ -315,7 +315,7 @@ def layout_webshop(
 # -- the whole fetch ---------------------------------------------------------------------------
 
 
-def fetch(
+def fetch_env_data(
     env: str,
     data_root: Path,
     *,

@@ -19,17 +19,46 @@ Modules:
 - policies/: Frozen target agents (policies): the protocol and its backends
 """
 
+from harness_r1.harness.context import HISTORY_IN_CTX, EpisodeView
+from harness_r1.harness.effects import (
+    CONTROL_MARKERS,
+    MAX_EFFECT_TEXT,
+    MAX_SKILLS,
+    MAX_SKILLS_CHARS,
+    MAX_STATE_BYTES,
+    JunkResult,
+    parse_start_effects,
+    parse_step_effect,
+)
 from harness_r1.harness.episode import EpisodeSpec
+from harness_r1.harness.evaluation import summarize, wilson_interval
 from harness_r1.harness.hooks import HookCall, HookSet, InProcessHooks, NoHooks
-from harness_r1.harness.runtime import HarnessRuntime, RunCancelled, RunConfig
+from harness_r1.harness.refine import self_refine
+from harness_r1.harness.runtime import GenerationRecord, HarnessRuntime, RunCancelled, RunConfig
+from harness_r1.harness.tasks import spread
 
 __all__ = [
+    "CONTROL_MARKERS",
     "EpisodeSpec",
+    "EpisodeView",
+    "GenerationRecord",
+    "HISTORY_IN_CTX",
     "HarnessRuntime",
     "HookCall",
     "HookSet",
     "InProcessHooks",
+    "JunkResult",
+    "MAX_EFFECT_TEXT",
+    "MAX_SKILLS",
+    "MAX_SKILLS_CHARS",
+    "MAX_STATE_BYTES",
     "NoHooks",
     "RunCancelled",
     "RunConfig",
+    "parse_start_effects",
+    "parse_step_effect",
+    "self_refine",
+    "spread",
+    "summarize",
+    "wilson_interval",
 ]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_r1.contracts import TaskSpec
-from harness_r1.envs.base import INFO_ADMISSIBLE, INFO_INVALID
+from harness_r1.envs import INFO_ADMISSIBLE, INFO_INVALID
 
 HISTORY_IN_CTX = 8
 MAX_ADMISSIBLE_IN_CTX = 200

@@ -16,14 +16,14 @@ from harness_r1.contracts import (
     EffectKind,
     HookEffect,
     HookFault,
+    HookFaultKind,
     HookName,
     Outcome,
     Step,
     TaskSpec,
     Termination,
 )
-from harness_r1.contracts.faults import HookFaultKind
-from harness_r1.envs.base import Env
+from harness_r1.envs import Env
 from harness_r1.harness.context import EpisodeView
 from harness_r1.harness.effects import (
     Effect,
@@ -35,7 +35,7 @@ from harness_r1.harness.effects import (
     printable,
 )
 from harness_r1.harness.hooks import HookSet
-from harness_r1.harness.policies.base import ChatMessage
+from harness_r1.harness.policies import ChatMessage
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harness_r1.contracts import HookName
-from harness_r1.contracts.faults import HookFaultKind
+from harness_r1.contracts import HookFaultKind, HookName
 
 HookFunction = Callable[[dict[str, Any], dict[str, Any]], Any]
 

@@ -28,6 +28,7 @@ from harness_r1.contracts import (
     EffectKind,
     HookEffect,
     HookFault,
+    HookFaultKind,
     HookName,
     Step,
     TargetRef,
@@ -36,11 +37,10 @@ from harness_r1.contracts import (
     Timings,
     Trajectory,
 )
-from harness_r1.contracts.faults import HookFaultKind
-from harness_r1.envs.base import INFO_SUCCESS, Env, EnvSuite
+from harness_r1.envs import INFO_SUCCESS, Env, EnvSuite
 from harness_r1.harness.context import EpisodeView
 from harness_r1.harness.episode import Episode, EpisodeSpec, PendingStep
-from harness_r1.harness.policies.base import ChatMessage, GenerationRequest, Policy
+from harness_r1.harness.policies import ChatMessage, GenerationRequest, Policy
 
 HARNESS_PREFIX = "[harness] "
 

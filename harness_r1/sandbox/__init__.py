@@ -29,3 +29,133 @@ Modules:
 - worker_main.py: The hook worker: a warm child process that runs model-written hooks behind
   isolation layers
 """
+
+from typing import TYPE_CHECKING
+
+from harness_r1.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from harness_r1.sandbox.canary import (
+        BASE,
+        WORKER_EVENTS,
+        BaselineCache,
+        CanaryBatch,
+        CanaryConfig,
+        CanaryProgress,
+        CanaryRunner,
+        Candidate,
+        Incumbent,
+        InfraFailure,
+        composed_overlay,
+    )
+    from harness_r1.sandbox.canary_factory import build_canary_runner
+    from harness_r1.sandbox.compose import (
+        CompositionRefused,
+        Link,
+        compose_chain,
+        effective_sources,
+    )
+    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox.gate import (
+        GATE_PROFILES,
+        GateConfig,
+        GateDecision,
+        PairedOutcome,
+        attribution_refusal,
+        decide,
+    )
+    from harness_r1.sandbox.gated import Evaluator, GatedReport, best_promoted, pairs_of, run_gated
+    from harness_r1.sandbox.hooklib import (
+        ALLOWED_BUILTINS,
+        CATCHABLE_EXCEPTIONS,
+        MATH_EXPORTS,
+        RE_EXPORTS,
+        hook_globals,
+    )
+    from harness_r1.sandbox.intake import (
+        Intake,
+        RenderedCall,
+        Stage,
+        check,
+        first_violation,
+        static_validator,
+        take_in,
+    )
+    from harness_r1.sandbox.metrics import SandboxMetrics
+    from harness_r1.sandbox.parse import (
+        MAX_INPUT_CHARS,
+        SECTION_LINE,
+        parse_engineer_output,
+        patch_block,
+        render_completion,
+    )
+    from harness_r1.sandbox.patchfile import (
+        REFERENCE_DIR,
+        PatchFileError,
+        load_patch_file,
+        parse_sectioned,
+        reference_patches,
+    )
+    from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits, check_patch
+
+__getattr__ = lazy_exports(__name__, __file__)
+
+
+__all__ = [
+    "ALLOWED_BUILTINS",
+    "BANNED_NAMES",
+    "BASE",
+    "BaselineCache",
+    "CATCHABLE_EXCEPTIONS",
+    "CanaryBatch",
+    "CanaryConfig",
+    "CanaryProgress",
+    "CanaryRunner",
+    "Candidate",
+    "Code",
+    "CompositionRefused",
+    "Evaluator",
+    "GATE_PROFILES",
+    "GateConfig",
+    "GateDecision",
+    "GatedReport",
+    "Incumbent",
+    "InfraFailure",
+    "Intake",
+    "IsolatedHooks",
+    "Link",
+    "MATH_EXPORTS",
+    "MAX_INPUT_CHARS",
+    "PairedOutcome",
+    "PatchFileError",
+    "REFERENCE_DIR",
+    "RE_EXPORTS",
+    "RenderedCall",
+    "SECTION_LINE",
+    "SandboxConfig",
+    "SandboxMetrics",
+    "Stage",
+    "StaticLimits",
+    "WORKER_EVENTS",
+    "attribution_refusal",
+    "best_promoted",
+    "build_canary_runner",
+    "check",
+    "check_patch",
+    "compose_chain",
+    "composed_overlay",
+    "decide",
+    "effective_sources",
+    "first_violation",
+    "hook_globals",
+    "load_patch_file",
+    "pairs_of",
+    "parse_engineer_output",
+    "parse_sectioned",
+    "patch_block",
+    "reference_patches",
+    "render_completion",
+    "run_gated",
+    "static_validator",
+    "take_in",
+]

@@ -43,6 +43,7 @@ from harness_r1.contracts import (
     CanaryReport,
     CandidateCost,
     CandidateResult,
+    HookFaultKind,
     OriginCounts,
     PairedTask,
     Patch,
@@ -52,11 +53,9 @@ from harness_r1.contracts import (
     Termination,
     Trajectory,
 )
-from harness_r1.contracts.faults import HookFaultKind
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
-from harness_r1.harness.policies.base import PolicyError
-from harness_r1.harness.policies.null import NullPolicy
-from harness_r1.sandbox.compose import CompositionRefused, Link, compose
+from harness_r1.harness.policies import NullPolicy, PolicyError
+from harness_r1.sandbox.compose import CompositionRefused, Link, compose_chain
 from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 
 log = structlog.get_logger(__name__)
@@ -113,7 +112,7 @@ class Incumbent:
     @classmethod
     def of_chain(cls, overlay_id: str, links: Sequence[Link]) -> Incumbent:
         """The incumbent composed from its links (a test or a hand-run canary's `--on`)."""
-        return cls(overlay_id, tuple(links), compose(links).patch)
+        return cls(overlay_id, tuple(links), compose_chain(links).patch)
 
     @property
     def identity(self) -> list[str]:
@@ -122,7 +121,7 @@ class Incumbent:
 
     def with_link(self, candidate_id: str, patch: Patch) -> Patch:
         """The candidate's overlay: this chain plus the candidate as its newest link."""
-        return compose([*self.links, Link(candidate_id, patch)]).patch
+        return compose_chain([*self.links, Link(candidate_id, patch)]).patch
 
 
 BASE = Incumbent()

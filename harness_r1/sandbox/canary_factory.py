@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from harness_r1.envs.base import EnvSuite
+from harness_r1.envs import EnvSuite
 from harness_r1.harness import HarnessRuntime, RunConfig
-from harness_r1.harness.policies.base import Policy
+from harness_r1.harness.policies import Policy
 from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryProgress, CanaryRunner
 from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
 from harness_r1.sandbox.intake import static_validator

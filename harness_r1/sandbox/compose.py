@@ -42,12 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harness_r1.contracts import HookCode, HookMode, HookName, Patch
-from harness_r1.harness.effects import (
-    CONTROL_MARKERS,
-    MAX_EFFECT_TEXT,
-    MAX_SKILLS,
-    MAX_SKILLS_CHARS,
-)
+from harness_r1.harness import CONTROL_MARKERS, MAX_EFFECT_TEXT, MAX_SKILLS, MAX_SKILLS_CHARS
 from harness_r1.sandbox.static import (
     LINK_FACTORY,
     StaticLimits,
@@ -87,7 +82,7 @@ class Composition:
         return {str(hook): list(positions) for hook, positions in self.contributors.items()}
 
 
-def compose(
+def compose_chain(
     links: Sequence[Link], limits: StaticLimits | None = None, description: str | None = None
 ) -> Composition:
     """The chain folded into one runnable Patch, or CompositionRefused. Deterministic."""

@@ -41,9 +41,8 @@ from typing import Any
 
 import structlog
 
-from harness_r1.contracts import HookCode, HookName, Patch
-from harness_r1.contracts.faults import HookFaultKind
-from harness_r1.harness.hooks import HookCall
+from harness_r1.contracts import HookCode, HookFaultKind, HookName, Patch
+from harness_r1.harness import HookCall
 from harness_r1.sandbox.isolation import IsolationReport, IsolationSettings
 from harness_r1.sandbox.metrics import SandboxMetrics
 

@@ -54,3 +54,173 @@ Modules:
 - templates/: The template teacher's library of parameterised hook templates (one module per env
   plus the env-generic ones)
 """
+
+from typing import TYPE_CHECKING
+
+from harness_r1.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from harness_r1.trainer.canary_reward import CanaryReward, canary_rows
+    from harness_r1.trainer.coldstart import (
+        ColdStartConfig,
+        ColdStartStats,
+        PacketStats,
+        build_coldstart,
+        packet_row,
+    )
+    from harness_r1.trainer.coldstart_sources import (
+        CanaryScope,
+        PacketSource,
+        SourceConfig,
+        TaskIndex,
+        sources_from_runs,
+        tasks_and_seeds,
+    )
+    from harness_r1.trainer.deployed_target import (
+        DeployedRun,
+        deployed_settings,
+        export_adapter,
+        read_rows,
+        tokenize_row,
+        train_deployed,
+    )
+    from harness_r1.trainer.engineer import (
+        EngineerBackend,
+        EngineerSample,
+        EngineerSpec,
+        build_engineer,
+    )
+    from harness_r1.trainer.errors import TrainingPaused
+    from harness_r1.trainer.grpo import GrpoSettings, train_grpo_online, train_grpo_replay
+    from harness_r1.trainer.heldout import (
+        HeldOutConfig,
+        HeldOutGate,
+        HeldOutReport,
+        NoCanary,
+        PacketScore,
+        evaluate_engineer,
+    )
+    from harness_r1.trainer.model_io import file_sha256, load_policy, resolve_base
+    from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
+    from harness_r1.trainer.prompt import (
+        PromptConfig,
+        engineer_messages,
+        hooks_without,
+        render_completion,
+        system_prompt,
+    )
+    from harness_r1.trainer.propose import (
+        Proposal,
+        classify,
+        load_packet,
+        proposals_json,
+        propose_command,
+    )
+    from harness_r1.trainer.replay import ReplayGroup, load_replay_groups
+    from harness_r1.trainer.runs import carry_checkpoint, use_bf16
+    from harness_r1.trainer.sft import SftSettings, train_sft
+    from harness_r1.trainer.shaping import InvalidRewardShape
+    from harness_r1.trainer.target_experts import demonstrate, episode_rows, write_rows
+    from harness_r1.trainer.target_sft import (
+        check_runs_of,
+        executed_success_rows,
+        merge_checkpoint,
+        own_success_rows,
+        read_records,
+    )
+    from harness_r1.trainer.teacher import (
+        TeacherConfig,
+        TemplateChoice,
+        TemplateTeacher,
+        choices_in,
+    )
+    from harness_r1.trainer.template_calls import call_of, template_call
+    from harness_r1.trainer.versions import (
+        latest_version,
+        list_versions,
+        read_metadata,
+        versions_dir,
+    )
+    from harness_r1.trainer.writers import EngineerWriter, PatchWriter, TemplateWriter
+
+__getattr__ = lazy_exports(__name__, __file__)
+
+
+__all__ = [
+    "CanaryReward",
+    "CanaryScope",
+    "ColdStartConfig",
+    "ColdStartStats",
+    "DeployedRun",
+    "EngineerBackend",
+    "EngineerSample",
+    "EngineerSpec",
+    "EngineerWriter",
+    "GrpoSettings",
+    "HeldOutConfig",
+    "HeldOutGate",
+    "HeldOutReport",
+    "InvalidRewardShape",
+    "NoCanary",
+    "PacketScore",
+    "PacketSource",
+    "PacketStats",
+    "PatchWriter",
+    "PromptConfig",
+    "Proposal",
+    "ReplayGroup",
+    "SftSettings",
+    "SourceConfig",
+    "TaskIndex",
+    "TeacherConfig",
+    "TemplateChoice",
+    "TemplateTeacher",
+    "TemplateWriter",
+    "TrainingPaused",
+    "build_coldstart",
+    "build_engineer",
+    "call_of",
+    "canary_rows",
+    "carry_checkpoint",
+    "check_runs_of",
+    "choices_in",
+    "classify",
+    "demonstrate",
+    "deployed_settings",
+    "engineer_messages",
+    "episode_rows",
+    "evaluate_engineer",
+    "executed_success_rows",
+    "export_adapter",
+    "file_sha256",
+    "hooks_without",
+    "latest_version",
+    "list_versions",
+    "load_packet",
+    "load_packet_rows",
+    "load_policy",
+    "load_replay_groups",
+    "merge_checkpoint",
+    "own_success_rows",
+    "packet_row",
+    "packets_and_resolver",
+    "proposals_json",
+    "propose_command",
+    "read_metadata",
+    "read_records",
+    "read_rows",
+    "render_completion",
+    "resolve_base",
+    "sources_from_runs",
+    "system_prompt",
+    "tasks_and_seeds",
+    "template_call",
+    "tokenize_row",
+    "train_deployed",
+    "train_grpo_online",
+    "train_grpo_replay",
+    "train_sft",
+    "use_bf16",
+    "versions_dir",
+    "write_rows",
+]

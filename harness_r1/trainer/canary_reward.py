@@ -15,10 +15,7 @@ from typing import Any, Protocol
 import structlog
 
 from harness_r1.contracts import FailurePacket
-from harness_r1.sandbox.canary import CanaryBatch, Candidate
-from harness_r1.sandbox.gate import GateConfig
-from harness_r1.sandbox.gated import Evaluator
-from harness_r1.sandbox.static import StaticLimits
+from harness_r1.sandbox import CanaryBatch, Candidate, Evaluator, GateConfig, StaticLimits
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
 from harness_r1.trainer.propose import classify

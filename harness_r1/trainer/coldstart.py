@@ -66,15 +66,10 @@ from harness_r1.contracts import (
     CandidateResult,
     EffectKind,
     FailurePacket,
+    HookFaultKind,
     Patch,
 )
-from harness_r1.contracts.faults import HookFaultKind
-from harness_r1.sandbox.canary import (
-    WORKER_EVENTS,
-    CanaryRunner,
-    Candidate,
-    InfraFailure,
-)
+from harness_r1.sandbox import WORKER_EVENTS, CanaryRunner, Candidate, InfraFailure
 from harness_r1.trainer.coldstart_sources import (
     PacketSource,
 )

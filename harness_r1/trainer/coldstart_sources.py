@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from harness_r1.consumers.packets import (
+from harness_r1.consumers import (
     NoFailures,
     PacketConfig,
     batch_key,
@@ -47,8 +47,7 @@ from harness_r1.consumers.packets import (
 )
 from harness_r1.contracts import FailurePacket, TaskRef, TaskSpec, Trajectory
 from harness_r1.envs import get_suite
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Incumbent
-from harness_r1.sandbox.compose import effective_sources
+from harness_r1.sandbox import BASE, CanaryBatch, Incumbent, effective_sources
 
 __all__ = [
     "CanaryScope",

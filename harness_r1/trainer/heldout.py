@@ -50,10 +50,19 @@ from typing import Any
 import structlog
 
 from harness_r1.contracts import CanaryReport, CandidateResult
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent, composed_overlay
-from harness_r1.sandbox.gate import GateConfig, PairedOutcome, decide
-from harness_r1.sandbox.gated import Evaluator, pairs_of
-from harness_r1.sandbox.intake import static_validator
+from harness_r1.sandbox import (
+    BASE,
+    CanaryBatch,
+    Candidate,
+    Evaluator,
+    GateConfig,
+    Incumbent,
+    PairedOutcome,
+    composed_overlay,
+    decide,
+    pairs_of,
+    static_validator,
+)
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
 from harness_r1.trainer.prompt import PromptConfig

@@ -19,9 +19,7 @@ from typing import Any
 
 from harness_r1.contracts import CanaryReport, FailurePacket, Patch, TaskSpec
 from harness_r1.envs import get_suite
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
-from harness_r1.sandbox.compose import Link
-from harness_r1.sandbox.gated import Evaluator
+from harness_r1.sandbox import BASE, CanaryBatch, Candidate, Evaluator, Incumbent, Link
 from harness_r1.trainer.canary_reward import MappingResolver
 
 

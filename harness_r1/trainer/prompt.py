@@ -37,25 +37,28 @@ from harness_r1.contracts import (
     Snippet,
     TaskSpec,
 )
-from harness_r1.harness.context import HISTORY_IN_CTX, EpisodeView
-from harness_r1.harness.effects import (
+from harness_r1.harness import (
+    HISTORY_IN_CTX,
     MAX_EFFECT_TEXT,
     MAX_SKILLS,
     MAX_SKILLS_CHARS,
     MAX_STATE_BYTES,
+    EpisodeView,
     JunkResult,
     parse_start_effects,
     parse_step_effect,
 )
-from harness_r1.sandbox.hooklib import (
+from harness_r1.sandbox import (
     ALLOWED_BUILTINS,
+    BANNED_NAMES,
     CATCHABLE_EXCEPTIONS,
     MATH_EXPORTS,
     RE_EXPORTS,
+    Code,
+    StaticLimits,
+    reference_patches,
+    render_completion,
 )
-from harness_r1.sandbox.parse import render_completion
-from harness_r1.sandbox.patchfile import reference_patches
-from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits
 from harness_r1.trainer.teacher import TemplateChoice
 from harness_r1.trainer.templates import templates_for
 

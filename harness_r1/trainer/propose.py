@@ -22,10 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness_r1.consumers.packets import PacketConfig, build_packet_from_jsonl
+from harness_r1.consumers import PacketConfig, build_packet_from_jsonl
 from harness_r1.contracts import FailurePacket, HookName, Patch
-from harness_r1.sandbox.intake import Intake, Stage, take_in
-from harness_r1.sandbox.static import StaticLimits
+from harness_r1.sandbox import Intake, Stage, StaticLimits, take_in
 from harness_r1.trainer.engineer import (
     DEFAULT_MAX_NEW_TOKENS,
     EngineerBackend,

@@ -33,8 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness_r1.contracts import CandidateResult
-from harness_r1.sandbox.canary import WORKER_EVENTS
-from harness_r1.sandbox.gate import GateConfig, attribution_refusal
+from harness_r1.sandbox import WORKER_EVENTS, GateConfig, attribution_refusal
 
 # How much of `invalid_reward` each failure keeps (1.0: the whole penalty).
 PARSE_WEIGHTS: Mapping[str, float] = {

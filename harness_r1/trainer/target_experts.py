@@ -30,12 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from harness_r1.contracts import TaskSpec, Trajectory
-from harness_r1.envs.base import EnvSuite, Expert, ExpertEpisode, StepResult
-from harness_r1.harness import RunConfig
-from harness_r1.harness.episode import EpisodeSpec
-from harness_r1.harness.hooks import NoHooks
-from harness_r1.harness.policies.base import Generation, GenerationRequest
-from harness_r1.harness.runtime import GenerationRecord, HarnessRuntime
+from harness_r1.envs import EnvSuite, Expert, ExpertEpisode, StepResult
+from harness_r1.harness import EpisodeSpec, GenerationRecord, HarnessRuntime, NoHooks, RunConfig
+from harness_r1.harness.policies import Generation, GenerationRequest
 
 #: what the expert "says" when it has nothing to say: the episode fails and is dropped
 NO_DEMONSTRATION = "(no demonstration)"

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from harness_r1.contracts import HookName, Step, Trajectory
-from harness_r1.envs.base import TaskPrompter
-from harness_r1.harness.runtime import GenerationRecord
+from harness_r1.envs import TaskPrompter
+from harness_r1.harness import GenerationRecord
 
 
 def own_success_rows(

@@ -19,7 +19,7 @@ How the template teacher decides (deterministic for the packet's bytes, k and se
    proportional to score squared, the others proportional to score; each parameter is either
    the steered value or drawn from its range. A combination already proposed is drawn again
    (up to `attempts` times), so the K proposals differ whenever the library allows it.
-4. One hook per hook point: templates on the same hook are composed (`templates.base.compose`)
+4. One hook per hook point: templates on the same hook are composed (`templates.base.compose_rules`)
    when all of them are composable (no helpers, at most three); otherwise the later, lower
    scoring one is not taken. Every patch is checked with the sandbox's static checks before it
    is returned; a combination that fails them is never proposed.
@@ -44,16 +44,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_r1.contracts import FailurePacket, HookCode, HookMode, HookName, Patch
-from harness_r1.sandbox.intake import check
-from harness_r1.sandbox.parse import render_completion
-from harness_r1.sandbox.static import StaticLimits
-from harness_r1.trainer.templates import TEMPLATES, templates_for
-from harness_r1.trainer.templates.base import (
+from harness_r1.sandbox import StaticLimits, check, render_completion
+from harness_r1.trainer.templates import (
+    TEMPLATES,
     Features,
     RenderContext,
     Template,
-    compose,
+    compose_rules,
     packet_features,
+    templates_for,
 )
 
 __all__ = [
@@ -291,7 +290,7 @@ class TemplateTeacher:
                     c.template.render(dict(c.params), context, function=f"rule{i + 1}")
                     for i, c in enumerate(group)
                 ]
-                code = compose(hook, rules)
+                code = compose_rules(hook, rules)
             mode = HookMode.REPLACE if hook in replace else HookMode.ADD
             hooks.append(HookCode(hook=hook, code=code, mode=mode))
         patch = Patch(

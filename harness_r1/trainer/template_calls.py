@@ -33,14 +33,14 @@ from __future__ import annotations
 import re
 
 from harness_r1.contracts import Patch
-from harness_r1.sandbox.intake import RenderedCall
-from harness_r1.sandbox.parse import (
+from harness_r1.sandbox import (
     MAX_INPUT_CHARS,
     SECTION_LINE,
+    RenderedCall,
+    StaticLimits,
     parse_engineer_output,
     patch_block,
 )
-from harness_r1.sandbox.static import StaticLimits
 from harness_r1.trainer.teacher import LABEL, TeacherConfig, TemplateTeacher, choices_in
 from harness_r1.trainer.templates import TEMPLATES
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness_r1.consumers.failure_modes import failure_mode, failure_modes
+from harness_r1.consumers.failure_modes import count_failure_modes, failure_mode
 from harness_r1.contracts import Termination
 from tests.consumers.test_packets import DB_INVALID, traj
 
@@ -49,4 +49,4 @@ def test_a_success_has_no_mode_and_the_counter_counts_failures_only():
     )
     lost = traj("l", [('answer: ["2"]', "no")], termination=Termination.FAILURE)
     assert failure_mode(won) is None
-    assert failure_modes([won, lost, lost]) == {"wrong answer": 2}
+    assert count_failure_modes([won, lost, lost]) == {"wrong answer": 2}

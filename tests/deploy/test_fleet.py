@@ -147,7 +147,7 @@ def test_rollback_to_a_middle_link_restores_its_exact_composition(
     """Three links composed one onto the other; the fleet runs the newest, then an operator
     rolls back to the middle one: every agent runs exactly its stored composition (the first
     two links' hooks), signed as it was measured, and none of the third's."""
-    from harness_r1.sandbox.compose import Link, compose
+    from harness_r1.sandbox.compose import Link, compose_chain
 
     served: dict[str, str] = {}
 
@@ -160,7 +160,7 @@ def test_rollback_to_a_middle_link_restores_its_exact_composition(
     ids = []
     for tag in ("a", "b", "c"):
         link = make_patch(tag)
-        composition = compose([*chain, Link(f"link-{tag}", link)])
+        composition = compose_chain([*chain, Link(f"link-{tag}", link)])
         record = registry.add(
             composition.patch,
             "pool-a",

@@ -17,7 +17,7 @@ from harness_r1.envs.fetch import (
     SOURCES,
     FetchError,
     download,
-    fetch,
+    fetch_env_data,
     layout_alfworld,
     layout_dbbench,
     layout_webshop,
@@ -246,7 +246,7 @@ def test_fetch_dbbench_end_to_end(tmp_path: Path) -> None:
         urls["standard.jsonl"]: b"\n".join(_row(n) for n in range(4)) + b"\n",
     }
     with _mock_client(files) as client:
-        counts = fetch("dbbench", tmp_path / "data", client=client)
+        counts = fetch_env_data("dbbench", tmp_path / "data", client=client)
     assert counts == {"dev": 1, "standard_even": 2}
     assert (tmp_path / "data" / "dbbench" / "standard_even.jsonl").read_bytes() == (
         _row(0) + b"\n" + _row(2) + b"\n"
@@ -254,9 +254,11 @@ def test_fetch_dbbench_end_to_end(tmp_path: Path) -> None:
 
     cache = tmp_path / "cache"
     with _mock_client(files) as client:
-        fetch("dbbench", tmp_path / "data2", client=client, cache_dir=cache)
+        fetch_env_data("dbbench", tmp_path / "data2", client=client, cache_dir=cache)
     assert sorted(p.name for p in cache.iterdir()) == ["dev.jsonl", "standard.jsonl"]
     with _mock_client({}) as offline:  # cached files are not downloaded again
-        assert fetch("dbbench", tmp_path / "data3", client=offline, cache_dir=cache) == counts
+        assert (
+            fetch_env_data("dbbench", tmp_path / "data3", client=offline, cache_dir=cache) == counts
+        )
     with pytest.raises(KeyError):
-        fetch("nethack", tmp_path / "data")
+        fetch_env_data("nethack", tmp_path / "data")

@@ -14,7 +14,7 @@ from harness_r1.harness.effects import (
     parse_start_effects,
     parse_step_effect,
 )
-from harness_r1.sandbox.compose import CompositionRefused, Link, compose
+from harness_r1.sandbox.compose import CompositionRefused, Link, compose_chain
 from harness_r1.sandbox.hooklib import hook_globals
 from harness_r1.sandbox.static import StaticLimits, check_patch
 
@@ -60,7 +60,7 @@ ALLOW = source('return {"effect": "allow"}')
 
 def test_a_single_contributor_keeps_its_source_byte_for_byte() -> None:
     only = link("ov-1", pre_action=REWRITE_LOOK, post_feedback=source('return "hint"'))
-    composed = compose([only])
+    composed = compose_chain([only])
     assert composed.patch.hooks == only.patch.hooks
     assert composed.describe() == {"pre_action": [1], "post_feedback": [1]}
 
@@ -68,10 +68,10 @@ def test_a_single_contributor_keeps_its_source_byte_for_byte() -> None:
 def test_add_chains_replace_drops_the_older_hook_and_remove_drops_it() -> None:
     first = link("ov-1", pre_action=REWRITE_LOOK, post_feedback=source('return "one"'))
     second = link("ov-2", pre_action=VETO_INVENTORY, post_feedback=source('return "two"'))
-    chained = compose([first, second])
+    chained = compose_chain([first, second])
     assert chained.describe() == {"pre_action": [1, 2], "post_feedback": [1, 2]}
     replacing = link("ov-3", pre_action=(ALLOW, "replace"), post_feedback=("", "remove"))
-    replaced = compose([first, second, replacing])
+    replaced = compose_chain([first, second, replacing])
     assert replaced.describe() == {"pre_action": [3]}
     code = replaced.patch.code_for(HookName.PRE_ACTION)
     assert code is not None and "def link3():" in code and "def link1():" not in code
@@ -83,19 +83,23 @@ def test_replace_or_remove_of_a_hook_nobody_has_is_refused(mode: str) -> None:
     incumbent = link("ov-1", pre_action=REWRITE_LOOK)
     code = "" if mode == "remove" else ALLOW
     with pytest.raises(CompositionRefused) as refused:
-        compose([incumbent, link("ov-2", post_feedback=(code, mode))])
+        compose_chain([incumbent, link("ov-2", post_feedback=(code, mode))])
     assert refused.value.code == f"nothing_to_{mode}"
     assert "use 'add'" in refused.value.message
 
 
 def test_removing_every_hook_is_refused_as_the_base_harness() -> None:
     with pytest.raises(CompositionRefused, match="removes_everything"):
-        compose([link("ov-1", pre_action=REWRITE_LOOK), link("ov-2", pre_action=("", "remove"))])
+        compose_chain(
+            [link("ov-1", pre_action=REWRITE_LOOK), link("ov-2", pre_action=("", "remove"))]
+        )
 
 
 def test_links_for_another_env_are_refused() -> None:
     with pytest.raises(CompositionRefused, match="env_mismatch"):
-        compose([link("ov-1", pre_action=ALLOW), link("ov-2", env="dbbench", pre_action=ALLOW)])
+        compose_chain(
+            [link("ov-1", pre_action=ALLOW), link("ov-2", env="dbbench", pre_action=ALLOW)]
+        )
 
 
 def test_pre_action_rewrites_chain_in_order() -> None:
@@ -108,7 +112,7 @@ def test_pre_action_rewrites_chain_in_order() -> None:
             "return None"
         ),
     )
-    patch = compose([to_inventory, to_wait]).patch
+    patch = compose_chain([to_inventory, to_wait]).patch
     value = call(patch, HookName.PRE_ACTION, {"proposed_action": "look"}, {})
     assert parse_step_effect(HookName.PRE_ACTION, value).text == "wait"  # type: ignore[union-attr]
     untouched = call(patch, HookName.PRE_ACTION, {"proposed_action": "go east"}, {})
@@ -116,7 +120,7 @@ def test_pre_action_rewrites_chain_in_order() -> None:
 
 
 def test_pre_action_a_newer_veto_wins_over_an_older_rewrite() -> None:
-    patch = compose(
+    patch = compose_chain(
         [link("ov-1", pre_action=REWRITE_LOOK), link("ov-2", pre_action=VETO_INVENTORY)]
     ).patch
     effect = parse_step_effect(
@@ -129,12 +133,14 @@ def test_pre_action_a_newer_force_wins_over_an_older_veto_and_a_newer_allow_chan
     None
 ):
     veto_all = source('return {"effect": "veto", "text": "no"}')
-    forced = compose([link("ov-1", pre_action=veto_all), link("ov-2", pre_action=FORCE_NORTH)])
+    forced = compose_chain(
+        [link("ov-1", pre_action=veto_all), link("ov-2", pre_action=FORCE_NORTH)]
+    )
     effect = parse_step_effect(
         HookName.PRE_ACTION, call(forced.patch, HookName.PRE_ACTION, {"proposed_action": "x"}, {})
     )
     assert effect is not None and (effect.kind, effect.text) == (EffectKind.FORCE, "go north")
-    vetoed = compose([link("ov-1", pre_action=veto_all), link("ov-2", pre_action=ALLOW)])
+    vetoed = compose_chain([link("ov-1", pre_action=veto_all), link("ov-2", pre_action=ALLOW)])
     effect = parse_step_effect(
         HookName.PRE_ACTION, call(vetoed.patch, HookName.PRE_ACTION, {"proposed_action": "x"}, {})
     )
@@ -142,7 +148,7 @@ def test_pre_action_a_newer_force_wins_over_an_older_veto_and_a_newer_allow_chan
 
 
 def test_pre_decision_notes_join_in_chain_order() -> None:
-    patch = compose(
+    patch = compose_chain(
         [
             link("ov-1", pre_decision=source('return "first"')),
             link("ov-2", pre_decision=source("return None")),
@@ -158,18 +164,18 @@ def test_post_feedback_hints_join_a_force_wins_and_a_recover_carries_the_hints()
     force = link("ov-2", post_feedback=source('return {"effect": "force", "text": "look"}'))
     recover = link("ov-3", post_feedback=source('return {"effect": "recover", "text": "restart"}'))
     ctx = {"action": "look", "feedback": "Nothing happens."}
-    hints = compose([hint, link("ov-9", post_feedback=source('return "second"'))]).patch
+    hints = compose_chain([hint, link("ov-9", post_feedback=source('return "second"'))]).patch
     effect = parse_step_effect(HookName.POST_FEEDBACK, call(hints, HookName.POST_FEEDBACK, ctx, {}))
     assert effect is not None and (effect.kind, effect.text) == (
         EffectKind.HINT,
         "check the drawer\nsecond",
     )
-    forced = compose([hint, force]).patch
+    forced = compose_chain([hint, force]).patch
     effect = parse_step_effect(
         HookName.POST_FEEDBACK, call(forced, HookName.POST_FEEDBACK, ctx, {})
     )
     assert effect is not None and (effect.kind, effect.text) == (EffectKind.FORCE, "look")
-    recovered = compose([force, recover, hint]).patch
+    recovered = compose_chain([force, recover, hint]).patch
     effect = parse_step_effect(
         HookName.POST_FEEDBACK, call(recovered, HookName.POST_FEEDBACK, ctx, {})
     )
@@ -191,7 +197,7 @@ def test_episode_start_skills_join_once_and_each_link_keeps_its_own_state() -> N
         episode_start=source('return {"skills": ["look first", "open things"]}'),
         pre_decision=source(counter),
     )
-    patch = compose([first, second]).patch
+    patch = compose_chain([first, second]).patch
     start = parse_start_effects(call(patch, HookName.EPISODE_START, {"task": {}}, {}))
     assert start.skills == ("be brief", "look first", "open things")
     state = start.state
@@ -203,27 +209,29 @@ def test_episode_start_skills_join_once_and_each_link_keeps_its_own_state() -> N
 def test_episode_start_keeps_the_newest_skills_within_the_runtime_limit() -> None:
     many = source("return {'skills': ['old %d' % i for i in range(6)]}")
     more = source("return {'skills': ['new %d' % i for i in range(6)]}")
-    patch = compose([link("ov-1", episode_start=many), link("ov-2", episode_start=more)]).patch
+    patch = compose_chain(
+        [link("ov-1", episode_start=many), link("ov-2", episode_start=more)]
+    ).patch
     start = parse_start_effects(call(patch, HookName.EPISODE_START, {}, {}))
     assert start.skills == ("old 4", "old 5", *(f"new {i}" for i in range(6)))
 
 
 def test_a_link_that_fails_makes_the_composed_call_fail() -> None:
     broken = link("ov-2", pre_action=source('return {"effect": "teleport", "text": "x"}'))
-    patch = compose([link("ov-1", pre_action=REWRITE_LOOK), broken]).patch
+    patch = compose_chain([link("ov-1", pre_action=REWRITE_LOOK), broken]).patch
     with pytest.raises(JunkResult):
         parse_step_effect(
             HookName.PRE_ACTION, call(patch, HookName.PRE_ACTION, {"proposed_action": "look"}, {})
         )
     raising = link("ov-3", pre_decision=source("return 1 // 0"))
-    patch = compose([link("ov-1", pre_decision=source('return "a"')), raising]).patch
+    patch = compose_chain([link("ov-1", pre_decision=source('return "a"')), raising]).patch
     with pytest.raises(ZeroDivisionError):
         call(patch, HookName.PRE_DECISION, {}, {})
 
 
 def test_multi_line_strings_survive_the_wrapping() -> None:
     code = 'def hook(ctx, state):\n    return """first line\n  indented line\nlast"""\n'
-    patch = compose(
+    patch = compose_chain(
         [link("ov-1", pre_decision=code), link("ov-2", pre_decision=source("return None"))]
     ).patch
     assert call(patch, HookName.PRE_DECISION, {}, {}) == "first line\n  indented line\nlast"
@@ -233,11 +241,11 @@ def test_the_composed_overlay_passes_the_static_checks_and_counts_against_the_bu
     helpers = "def norm(text):\n    return text.strip().lower()\n\n"
     body = 'return norm(ctx["proposed_action"]) and None'
     links = [link(f"ov-{i}", pre_action=source(body, helpers)) for i in range(3)]
-    composed = compose(links)
+    composed = compose_chain(links)
     assert composed.report is not None and composed.report.ok
     nodes = composed.report.stats["pre_action"].nodes
     with pytest.raises(CompositionRefused) as refused:
-        compose(links, StaticLimits(max_nodes=nodes - 1))
+        compose_chain(links, StaticLimits(max_nodes=nodes - 1))
     assert refused.value.code == "over_budget"
     assert "1:ov-0, 2:ov-1, 3:ov-2" in refused.value.message
     assert "replace an incumbent hook" in refused.value.message
@@ -246,7 +254,7 @@ def test_the_composed_overlay_passes_the_static_checks_and_counts_against_the_bu
 def test_a_link_over_its_own_limits_is_refused_even_when_the_whole_would_fit() -> None:
     too_many = "".join(f"def h{i}(x):\n    return x\n\n" for i in range(4))
     with pytest.raises(CompositionRefused, match="link_invalid"):
-        compose(
+        compose_chain(
             [
                 link("ov-1", pre_action=ALLOW),
                 link("ov-2", pre_action=source("return None", too_many)),
@@ -268,7 +276,7 @@ def test_the_default_mode_stays_out_of_the_canonical_bytes() -> None:
 def test_helpers_are_counted_per_link_in_a_composed_hook_and_whole_elsewhere() -> None:
     three = "".join(f"def h{i}(x):\n    return x\n\n" for i in range(3))
     links = [link(f"ov-{i}", pre_action=source("return None", three)) for i in range(3)]
-    composed = compose(links).patch
+    composed = compose_chain(links).patch
     assert check_patch(composed).ok  # 9 helpers in all, 3 per link: as every agent checks it
     code = composed.code_for(HookName.PRE_ACTION)
     assert code is not None
@@ -307,7 +315,7 @@ def test_a_hook_with_one_contributor_in_a_longer_chain_keeps_its_links_state() -
         pre_decision=source('return "find the " + state["goal"]'),
     )
     second = link("ov-2", episode_start=source('return "look around"'))
-    patch = compose([first, second]).patch
+    patch = compose_chain([first, second]).patch
     start = parse_start_effects(call(patch, HookName.EPISODE_START, {}, {}))
     assert start.skills == ("look around",) and start.state is not None
     note = parse_step_effect(
@@ -328,7 +336,7 @@ def test_no_link_can_change_what_a_later_link_sees() -> None:
             "return None"
         ),
     )
-    patch = compose([scribble, guard]).patch
+    patch = compose_chain([scribble, guard]).patch
     value = call(patch, HookName.PRE_ACTION, {"proposed_action": "drop all"}, {})
     effect = parse_step_effect(HookName.PRE_ACTION, value)
     assert effect is not None and effect.kind == EffectKind.VETO
@@ -357,7 +365,7 @@ def test_no_link_can_change_what_a_later_link_sees() -> None:
 def test_an_older_links_junk_is_not_hidden_by_a_newer_effect(
     hook: str, junk: str, newer: str
 ) -> None:
-    patch = compose(
+    patch = compose_chain(
         [
             link("ov-1", **{hook: source(f"return {junk}")}),
             link("ov-2", **{hook: source(f"return {newer}")}),
@@ -377,7 +385,7 @@ def test_a_link_may_not_use_the_scaffoldings_names() -> None:
     fake = "def link1():\n    def hook(ctx, state):\n        return None\n    return hook\n\n"
     for helpers in (fake, "def clone(x):\n    return x\n\n"):
         with pytest.raises(CompositionRefused, match="link_invalid") as refused:
-            compose(
+            compose_chain(
                 [
                     link("ov-1", pre_action=ALLOW),
                     link("ov-2", pre_action=source("return None", helpers)),
@@ -390,8 +398,8 @@ def test_the_same_chain_composes_to_the_same_bytes_whatever_the_link_ids() -> No
     """Names come from positions: the composition measured under candidate ids is the one
     recomposed later from overlay ids."""
     a, b = link("ov-1", pre_action=REWRITE_LOOK).patch, link("x", pre_action=VETO_INVENTORY).patch
-    measured = compose([Link("ov-1", a), Link("batch7-c2", b)]).patch
-    recomposed = compose([Link("ov-1", a), Link("ov-9f3e", b)]).patch
+    measured = compose_chain([Link("ov-1", a), Link("batch7-c2", b)]).patch
+    recomposed = compose_chain([Link("ov-1", a), Link("ov-9f3e", b)]).patch
     assert measured.sha256() == recomposed.sha256()
 
 

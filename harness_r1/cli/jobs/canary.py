@@ -13,21 +13,23 @@ from rich.table import Table
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.contracts import CanaryReport, format_share
 from harness_r1.envs import get_suite
-from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.canary import (
+from harness_r1.harness import spread
+from harness_r1.sandbox import (
     BASE,
     WORKER_EVENTS,
     CanaryBatch,
     CanaryConfig,
     Candidate,
+    GateConfig,
+    GateDecision,
     Incumbent,
+    Link,
+    PatchFileError,
+    SandboxConfig,
+    build_canary_runner,
+    load_patch_file,
+    run_gated,
 )
-from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.sandbox.compose import Link
-from harness_r1.sandbox.executor import SandboxConfig
-from harness_r1.sandbox.gate import GateConfig, GateDecision
-from harness_r1.sandbox.gated import run_gated
-from harness_r1.sandbox.patchfile import PatchFileError, load_patch_file
 
 
 @dataclass(frozen=True)

@@ -10,21 +10,22 @@ from pathlib import Path
 
 from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
-from harness_r1.consumers.packets import PacketConfig
+from harness_r1.consumers import PacketConfig
 from harness_r1.envs import get_suite
-from harness_r1.harness.policies.base import Policy
-from harness_r1.sandbox.canary import BaselineCache
-from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.sandbox.executor import SandboxConfig
-from harness_r1.trainer.coldstart import (
+from harness_r1.harness.policies import Policy
+from harness_r1.sandbox import BaselineCache, SandboxConfig, build_canary_runner
+from harness_r1.trainer import (
+    CanaryScope,
     ColdStartConfig,
     ColdStartStats,
     PacketStats,
+    PatchWriter,
+    PromptConfig,
+    SourceConfig,
+    TemplateWriter,
     build_coldstart,
+    sources_from_runs,
 )
-from harness_r1.trainer.coldstart_sources import CanaryScope, SourceConfig, sources_from_runs
-from harness_r1.trainer.prompt import PromptConfig
-from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
 
 @dataclass(frozen=True)

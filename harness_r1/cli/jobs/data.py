@@ -32,12 +32,11 @@ def status_table(root: Path) -> Table:
 
 def fetch(env: str, root: Path, console: Console) -> None:
     """Download and lay out; a failure names the URL and leaves no half-written file."""
-    from harness_r1.envs.fetch import FetchError
-    from harness_r1.envs.fetch import fetch as fetch_env
+    from harness_r1.envs import FetchError, fetch_env_data
 
     console.print(f"fetching {env} into {root} ...")
     try:
-        counts = fetch_env(env, root)
+        counts = fetch_env_data(env, root)
     except (FetchError, KeyError) as err:
         raise SystemExit(f"data fetch {env} failed: {err}") from err
     for name, count in sorted(counts.items()):

@@ -19,12 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness_r1.envs import get_suite
-from harness_r1.harness.policies.deployed import DEPLOYED, ShippedAgent, file_sha256
-from harness_r1.harness.policies.local_models import checkpoint_version, converted_checkpoint
-from harness_r1.harness.tasks import spread
+from harness_r1.harness import spread
+from harness_r1.harness.policies import (
+    DEPLOYED,
+    ShippedAgent,
+    checkpoint_version,
+    converted_checkpoint,
+    file_sha256,
+)
 
 if TYPE_CHECKING:
-    from harness_r1.trainer.deployed_target import DeployedRun
+    from harness_r1.trainer import DeployedRun
 
 #: the envs the deployed agent learns, with how many training tasks of each (None: all)
 DEFAULT_TASKS: dict[str, int | None] = {"webshop": None, "dbbench": None, "alfworld": 24}
@@ -43,7 +48,7 @@ class ExpertRequest:
 
 def build_rows(request: ExpertRequest, say: Any = print) -> tuple[Path, dict[str, Any]]:
     """The demonstration rows of every env's training split; (rows file, summary)."""
-    from harness_r1.trainer.target_experts import demonstrate, episode_rows, write_rows
+    from harness_r1.trainer import demonstrate, episode_rows, write_rows
 
     rows: list[dict[str, Any]] = []
     per_env: dict[str, Any] = {}
@@ -98,7 +103,7 @@ def rows_summary(path: Path, demonstrations: dict[str, Any]) -> dict[str, Any]:
 
 def build_deployed(request: ExpertRequest, cache_dir: Path | None, say: Any = print) -> str:
     """Rows, training, the shipped adapter; returns the adapter's SHA-256."""
-    from harness_r1.trainer.deployed_target import deployed_settings, train_deployed
+    from harness_r1.trainer import deployed_settings, train_deployed
 
     agent = DEPLOYED[request.agent]
     if request.ship_to is not None:
@@ -120,7 +125,7 @@ def ship(
     rebuild: str,
 ) -> str:
     """The trained adapter as the agent's shipped file and manifest; its SHA-256."""
-    from harness_r1.trainer.deployed_target import export_adapter
+    from harness_r1.trainer import export_adapter
 
     base_dir = converted_checkpoint(agent.base_model, cache_dir)
     metadata = run.result.metadata

@@ -22,31 +22,36 @@ from rich.console import Console
 
 from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
-from harness_r1.consumers.packets import read_trajectories
+from harness_r1.consumers import read_trajectories
 from harness_r1.envs import get_suite
-from harness_r1.harness.policies.cpu import choose_dtype
-from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner
-from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.sandbox.gate import GateConfig
-from harness_r1.trainer.coldstart_sources import (
-    PacketSource,
-    SourceConfig,
-    TaskIndex,
-    sources_from_runs,
-    tasks_and_seeds,
+from harness_r1.harness.policies import choose_dtype
+from harness_r1.sandbox import (
+    BaselineCache,
+    CanaryBatch,
+    CanaryRunner,
+    GateConfig,
+    build_canary_runner,
 )
-from harness_r1.trainer.engineer import EngineerBackend, EngineerSpec, build_engineer
-from harness_r1.trainer.heldout import (
+from harness_r1.trainer import (
+    EngineerBackend,
+    EngineerSpec,
     HeldOutConfig,
     HeldOutGate,
     HeldOutReport,
     NoCanary,
     PacketScore,
+    PacketSource,
+    PatchWriter,
+    SourceConfig,
+    TaskIndex,
+    TeacherConfig,
+    TemplateWriter,
+    build_engineer,
     evaluate_engineer,
+    file_sha256,
+    sources_from_runs,
+    tasks_and_seeds,
 )
-from harness_r1.trainer.model_io import file_sha256
-from harness_r1.trainer.teacher import TeacherConfig
-from harness_r1.trainer.writers import PatchWriter, TemplateWriter
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,16 @@ from rich.table import Table
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.contracts import Trajectory, format_share
 from harness_r1.envs import get_suite
-from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
-from harness_r1.harness.evaluation import summarize
-from harness_r1.harness.policies.base import Policy
-from harness_r1.harness.runtime import GenerationRecord
-from harness_r1.harness.tasks import spread
+from harness_r1.harness import (
+    EpisodeSpec,
+    GenerationRecord,
+    HarnessRuntime,
+    HookSet,
+    NoHooks,
+    spread,
+    summarize,
+)
+from harness_r1.harness.policies import Policy
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ def _incumbent_hooks(on: list[Path], env: str) -> HookSet:
     """The incumbent's composed patch in one isolated worker shared by the episodes (hooks get
     their state with each call), or the base harness."""
     from harness_r1.cli.jobs.canary import load_incumbent
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox import IsolatedHooks, SandboxConfig
 
     incumbent = load_incumbent(on, env)
     if incumbent.patch is None:
@@ -81,7 +86,7 @@ def _refined(
 ) -> list[Trajectory]:
     """First attempts, then each failure critiqued and replayed; `done` gets the trajectories
     that count, once each, in task order."""
-    from harness_r1.harness.refine import self_refine
+    from harness_r1.harness import self_refine
 
     result = self_refine(
         runtime.run, policy, [(s.task, s.seed) for s in specs], hooks_for=lambda: hooks

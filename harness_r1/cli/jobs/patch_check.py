@@ -8,10 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness_r1.sandbox.intake import first_violation
-from harness_r1.sandbox.parse import MAX_INPUT_CHARS, parse_engineer_output
-from harness_r1.sandbox.patchfile import PatchFileError, parse_sectioned
-from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.sandbox import (
+    MAX_INPUT_CHARS,
+    PatchFileError,
+    StaticLimits,
+    check_patch,
+    first_violation,
+    parse_engineer_output,
+    parse_sectioned,
+)
 
 EXIT_OK = 0
 EXIT_REJECTED = 1

@@ -8,9 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness_r1.harness import RunConfig
-from harness_r1.harness.policies.base import Policy, SamplingConfig
-from harness_r1.harness.policies.deployed import DEFAULT_TARGET
-from harness_r1.harness.policies.factory import PolicySpec, build_policy
+from harness_r1.harness.policies import (
+    DEFAULT_TARGET,
+    Policy,
+    PolicySpec,
+    SamplingConfig,
+    build_policy,
+)
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from harness_r1.contracts import Patch, TaskSpec, Trajectory
 from harness_r1.daemon.demo.options import FLEET, DemoOptions
-from harness_r1.deploy.client import MessageSource
-from harness_r1.harness.hooks import HookSet
-from harness_r1.harness.policies.shared import SharedPolicy
+from harness_r1.deploy import MessageSource
+from harness_r1.harness import HookSet
+from harness_r1.harness.policies import SharedPolicy
 
 if TYPE_CHECKING:
-    from harness_r1.consumers.kafka import KafkaSettings
+    from harness_r1.consumers import KafkaSettings
     from harness_r1.daemon.settings import Settings
-    from harness_r1.deploy.agent import DeployedAgent
+    from harness_r1.deploy import DeployedAgent
 
 
 class Fleet:
@@ -108,14 +108,11 @@ def build_fleet(
 ) -> Fleet:
     """`options.agents` agents on `policy`; each finished trajectory is published to the
     trajectory topic and handed to `on_trajectory` (the phase's progress bar)."""
-    from harness_r1.consumers.kafka import BroadcastReader, publish
-    from harness_r1.deploy.agent import DeployedAgent
-    from harness_r1.deploy.client import ClientConfig, OverlayClient
-    from harness_r1.deploy.signing import Keyring
+    from harness_r1.consumers import BroadcastReader, publish
+    from harness_r1.deploy import ClientConfig, DeployedAgent, Keyring, OverlayClient
     from harness_r1.envs import get_suite
-    from harness_r1.harness import HarnessRuntime, RunConfig
-    from harness_r1.harness.tasks import spread
-    from harness_r1.sandbox.executor import IsolatedHooks
+    from harness_r1.harness import HarnessRuntime, RunConfig, spread
+    from harness_r1.sandbox import IsolatedHooks
 
     suite = get_suite(options.env)
     target = SharedPolicy(policy)

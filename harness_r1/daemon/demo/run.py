@@ -96,11 +96,10 @@ def _in_world(
     run_dir: Path,
     started: float,
 ) -> DemoResult:
-    from harness_r1.consumers.broker import EmbeddedBroker
-    from harness_r1.consumers.kafka import KafkaSettings, make_producer
+    from harness_r1.consumers import EmbeddedBroker, KafkaSettings, make_producer
     from harness_r1.daemon.demo.summary import scrape_win_rate
     from harness_r1.daemon.wiring import CanaryRunners, build_daemon
-    from harness_r1.deploy.signing import generate_keypair
+    from harness_r1.deploy import generate_keypair
 
     relay = CanaryRelay()
     with EmbeddedBroker(log_dir=run_dir / "broker") as broker:
@@ -197,8 +196,7 @@ def _choreograph(
 
 
 def _target(options: DemoOptions, settings: Settings) -> Any:
-    from harness_r1.harness.policies.base import SamplingConfig
-    from harness_r1.harness.policies.factory import PolicySpec, build_policy
+    from harness_r1.harness.policies import PolicySpec, SamplingConfig, build_policy
 
     return build_policy(
         PolicySpec(

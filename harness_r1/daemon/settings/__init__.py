@@ -25,16 +25,17 @@ from harness_r1.daemon.settings.groups import (
     SchedulerOptions,
 )
 from harness_r1.daemon.settings.model import Settings, load_settings
+from harness_r1.daemon.settings.reference import settings_reference
 from harness_r1.daemon.settings.sources import CONFIG_ENV, read_config_file
 
 __all__ = [
     "CONFIG_ENV",
     "ENV_PREFIX",
-    "MASK",
     "GateOptions",
     "GuardOptions",
     "KafkaOptions",
     "LoopOptions",
+    "MASK",
     "MetricsOptions",
     "SandboxOptions",
     "SchedulerOptions",
@@ -43,4 +44,5 @@ __all__ = [
     "describe_error",
     "load_settings",
     "read_config_file",
+    "settings_reference",
 ]

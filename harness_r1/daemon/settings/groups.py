@@ -17,13 +17,12 @@ from pydantic import (
     model_validator,
 )
 
-from harness_r1.consumers.security import KafkaSecurity
+from harness_r1.consumers import KafkaSecurity
 from harness_r1.daemon.loop_config import LoopConfig
-from harness_r1.deploy.guard import GuardConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.runtime import RunConfig
-from harness_r1.sandbox.executor import SandboxConfig
-from harness_r1.sandbox.gate import GATE_PROFILES, GateConfig
+from harness_r1.deploy import GuardConfig
+from harness_r1.harness import RunConfig
+from harness_r1.harness.policies import SamplingConfig
+from harness_r1.sandbox import GATE_PROFILES, GateConfig, SandboxConfig
 
 
 def _lower(value: Any) -> Any:

@@ -27,10 +27,10 @@ from harness_r1.daemon.settings.groups import (
     SchedulerOptions,
 )
 from harness_r1.daemon.settings.sources import YamlSource, config_file, config_path
-from harness_r1.envs.data import default_data_root
+from harness_r1.envs import default_data_root
 
 if TYPE_CHECKING:
-    from harness_r1.consumers.kafka import KafkaSettings
+    from harness_r1.consumers import KafkaSettings
 
 
 class Settings(BaseSettings):
@@ -154,7 +154,7 @@ class Settings(BaseSettings):
     def kafka_client(self, client_id: str | None = None) -> KafkaSettings:
         """The settings of every Kafka client the daemon and the CLI build, security
         included (so no command talks to the brokers in a way the daemon would not)."""
-        from harness_r1.consumers.kafka import KafkaSettings  # imports kafka-python
+        from harness_r1.consumers import KafkaSettings
 
         options = self.kafka
         return KafkaSettings(

@@ -27,10 +27,7 @@ from harness_r1.daemon.store.records import (
 from harness_r1.daemon.store.schema import (
     _BatchRow,
 )
-from harness_r1.deploy.sqlbase import (
-    DEFAULT_BUSY_TIMEOUT_MS,
-    SqlDatabase,
-)
+from harness_r1.deploy import DEFAULT_BUSY_TIMEOUT_MS, SqlDatabase
 
 
 class StoreCore(SqlDatabase):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from harness_r1.consumers.packets import is_failure
+from harness_r1.consumers import is_failure
 from harness_r1.contracts import Trajectory
 
 # Key of the PostgreSQL advisory lock that serialises migrations ("hr1store" as an int).

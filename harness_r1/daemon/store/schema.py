@@ -22,9 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from harness_r1.deploy.sqlbase import (
-    UtcDateTime,
-)
+from harness_r1.deploy import UtcDateTime
 
 # --- schema (current) -----------------------------------------------------------------------
 

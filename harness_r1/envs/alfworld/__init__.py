@@ -20,6 +20,7 @@ from harness_r1.envs.alfworld.tasks import (
     data_files,
     load_tasks,
 )
+from harness_r1.envs.alfworld.translation_cache import clear_translations
 from harness_r1.envs.base import EnvSuite
 
 SUITE = EnvSuite(
@@ -34,6 +35,7 @@ SUITE = EnvSuite(
 )
 
 __all__ = [
+    "clear_translations",
     "SUITE",
     "TASK_TYPES",
     "AlfWorldEnv",

@@ -14,7 +14,7 @@ types, objects and initial facts; textworld 1.6) and hands the SAS text to fast-
 library, which parses its own copy. The memo is bounded (`MAX_GAMES` games x two flags).
 
 `install()` replaces `fast_downward.pddl2sas` in this process (the name TextWorld calls) and is
-idempotent; `translations()` says how often the memo answered, `clear()` empties it.
+idempotent; `translations()` says how often the memo answered, `clear_translations()` empties it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def install() -> None:
     fast_downward.pddl2sas = pddl2sas
 
 
-def clear() -> None:
+def clear_translations() -> None:
     """Forget every translation (benchmarks: each configuration starts cold)."""
     import fast_downward
 

@@ -13,7 +13,7 @@ from harness_r1.trainer.templates.base import (
     Param,
     RenderContext,
     Template,
-    compose,
+    compose_rules,
     lit,
     packet_features,
 )
@@ -30,16 +30,16 @@ def templates_for(env: str) -> list[Template]:
 
 
 __all__ = [
-    "FEATURES",
-    "TEMPLATES",
     "ChoiceParam",
+    "FEATURES",
     "Features",
     "FloatParam",
     "IntParam",
     "Param",
     "RenderContext",
+    "TEMPLATES",
     "Template",
-    "compose",
+    "compose_rules",
     "lit",
     "packet_features",
     "templates_for",

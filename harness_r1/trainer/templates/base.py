@@ -4,7 +4,7 @@ renderer that writes the hook's source.
 A template renders ONE hook module (`def hook(ctx, state)` plus, for non-composable templates,
 helpers). Composable templates render a single function and no helper, so the teacher can put
 up to three of them on one hook point: each becomes a helper `rule1..rule3` and `hook` calls them
-in `order` (see `compose`), which stays within the static limit of three helpers.
+in `order` (see `compose_rules`), which stays within the static limit of three helpers.
 
 Rendering never pastes packet text into code except through `lit` (a Python literal), and only
 sanitised task-type names and fixed phrases are pasted at all: a patch must not hard-code one
@@ -318,8 +318,8 @@ class Template:
         the teacher offers advisory templates only.
     in_menu: named in the engineer's prompt (`prompt.template_menu`). A template added after
         the committed SFT engineer was trained stays out until that engineer is retrained on
-        the new prompt (`engineer_value.py --stages sft`): its rows digest pins the prompt it
-        learned under. The teacher offers it either way.
+        the new prompt (`benchmarks/engineer_value --stages sft`): its rows digest pins the
+        prompt it learned under. The teacher offers it either way.
     """
 
     name: str
@@ -471,14 +471,14 @@ def indent(lines: Sequence[str], spaces: int = 4) -> str:
     return "\n".join(pad + line if line else line for line in lines)
 
 
-def compose(hook: HookName, sources: Sequence[str]) -> str:
+def compose_rules(hook: HookName, sources: Sequence[str]) -> str:
     """One hook module from up to three rule functions (already renamed rule1..ruleN).
 
     pre_action / post_feedback: the first rule with an effect wins (rules run in order, later
     rules only when earlier ones had nothing to say). pre_decision: the messages are joined.
     """
     if not 1 <= len(sources) <= 3:
-        raise ValueError("compose takes one to three rules")
+        raise ValueError("compose_rules takes one to three rules")
     names = [f"rule{i + 1}" for i in range(len(sources))]
     if hook == HookName.PRE_DECISION:
         body = [
