@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Deltas of the hand-written reference patches on the frozen SmolLM2-135M (greedy), measured by
 # the canary: same tasks, same seeds, with and without the patch, the patch in the isolated
-# worker. Sized to fit one 2-core session: no guard sets (the gate then answers "inconclusive",
+# worker. Sized to fit an hour on 2 cores: no guard sets (the gate then answers "inconclusive",
 # as it must), short step limits, 3 past exchanges, 64 new tokens. ALFWorld's baseline half
 # doubles as the vanilla ALFWorld number (30 tasks). A fuller run: add --guard-limit 20
 # --control and raise --max-steps.

@@ -616,7 +616,7 @@ def test_transformers_engineer_on_smollm2_samples_k_with_token_ids_and_reproduce
 # -- the lean prompt (issue 20: a small engineer's passes were dominated by a ~2.6k prompt) ---
 
 LEAN = PromptConfig(lean=True)
-# system + packet (the full prompt: ~2.6k on the same packet); ~950 before session 17's
+# system + packet (the full prompt: ~2.6k on the same packet); ~950 without the
 # template menu (~250 tokens on DBBench, the longest library)
 LEAN_TOKEN_BUDGET = 1250
 
@@ -640,7 +640,7 @@ def test_the_lean_prompt_keeps_the_surface_a_patch_needs(env: str) -> None:
 @pytest.mark.parametrize("env", ENVS)
 def test_every_call_of_the_lean_menu_renders_a_patch_of_the_env(env: str) -> None:
     """The menu's calls are the names and labels `template_call` reads: an engineer that copies
-    one writes a valid call (session 16's invented names were all refused)."""
+    one writes a valid call (an engineer never shown the menu invented names, all refused)."""
     from harness_r1.trainer.template_calls import template_call
     from harness_r1.trainer.templates import templates_for
 
