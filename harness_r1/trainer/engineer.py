@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from harness_r1.harness.policies import ChatMessage, retryable_http_error, turn_stop_ids
+from harness_r1.harness.policies import ChatCompletionsClient, ChatMessage, turn_stop_ids
 
 #: Default completion budget: the example patches of the prompt take 150-300 tokens.
 DEFAULT_MAX_NEW_TOKENS = 768
@@ -323,25 +322,9 @@ class OpenAIEngineer:
         self.token_ids = token_ids
         self.logprobs = logprobs
         self.extra_body = dict(extra_body or {})
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            transport=transport,
+        self._http = ChatCompletionsClient(
+            base_url, api_key=api_key, timeout_s=timeout_s, attempts=attempts, transport=transport
         )
-        self._post = retry(
-            retry=retry_if_exception(retryable_http_error),
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=0.2, max=5.0),
-            reraise=True,
-        )(self._post_once)
-
-    def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
-        response = self._client.post("/v1/chat/completions", json=body)
-        response.raise_for_status()
-        data: dict[str, Any] = response.json()
-        return data
 
     def _body(
         self,
@@ -383,20 +366,20 @@ class OpenAIEngineer:
                 messages, k - len(samples), temperature, seed + attempt, max_new_tokens
             )
             try:
-                data = self._post(body)
+                data = self._http.post(body)
                 samples += _samples_of(data)
             except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as err:
                 raise EngineerError(
-                    f"{self._client.base_url}: chat completion failed: {err}"
+                    f"{self._http.base_url}: chat completion failed: {err}"
                 ) from err
             if len(samples) >= k:
                 return samples[:k]
         raise EngineerError(
-            f"{self._client.base_url}: {len(samples)} of {k} completions after {k} requests"
+            f"{self._http.base_url}: {len(samples)} of {k} completions after {k} requests"
         )
 
     def close(self) -> None:
-        self._client.close()
+        self._http.close()
 
 
 def _int_list(value: Any) -> list[int] | None:

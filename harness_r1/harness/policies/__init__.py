@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         turn_stop_ids,
     )
     from harness_r1.harness.policies.null import NULL_OUTPUT, NullPolicy
-    from harness_r1.harness.policies.openai_http import retryable_http_error
+    from harness_r1.harness.policies.openai_http import ChatCompletionsClient, retryable_http_error
     from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
     from harness_r1.harness.policies.scripted import ScriptedPolicy
     from harness_r1.harness.policies.shared import SharedPolicy
@@ -50,6 +50,7 @@ __getattr__ = lazy_exports(__name__, __file__)
 
 
 __all__ = [
+    "ChatCompletionsClient",
     "BF16_FLAGS",
     "ChatMessage",
     "DEFAULT_TARGET",

@@ -1,7 +1,10 @@
-"""Frozen target behind an OpenAI-compatible `/v1/chat/completions` (vLLM's `vllm serve`, ...).
+"""OpenAI-compatible `/v1/chat/completions` (vLLM's `vllm serve`, ...): the one client, and the
+frozen target behind it.
 
-Timeouts on every request, retries with exponential backoff on connection errors, 429 and 5xx
-(tenacity); a batch is sent as concurrent requests so lockstep episodes still overlap.
+`ChatCompletionsClient` is the one HTTP client of such a server, for the target here and the
+engineer (`trainer.engineer.OpenAIEngineer`) alike: timeouts on every request, retries with
+exponential backoff on connection errors, 429 and 5xx (tenacity). The target sends a batch as
+concurrent requests so lockstep episodes still overlap.
 """
 
 from __future__ import annotations
@@ -36,6 +39,47 @@ def retryable_http_error(err: BaseException) -> bool:
     return False
 
 
+class ChatCompletionsClient:
+    """One OpenAI-compatible server's `/v1/chat/completions`: a request body in, the decoded
+    JSON out, retried where another try can help (`retryable_http_error`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        attempts: int = 4,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers,
+            transport=transport,
+        )
+        self.post = retry(
+            retry=retry_if_exception(retryable_http_error),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.2, max=5.0),
+            reraise=True,
+        )(self._post_once)
+
+    @property
+    def base_url(self) -> httpx.URL:
+        return self._client.base_url
+
+    def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        response = self._client.post("/v1/chat/completions", json=body)
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    def close(self) -> None:
+        self._http.close()
+
+
 class OpenAIChatPolicy:
     """A frozen target served over HTTP; `max_batch` requests are sent concurrently."""
 
@@ -60,25 +104,9 @@ class OpenAIChatPolicy:
         self.max_batch = max_batch
         self.sampling = sampling or SamplingConfig()
         self.stop = list(stop) if stop else None
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            transport=transport,
+        self._http = ChatCompletionsClient(
+            base_url, api_key=api_key, timeout_s=timeout_s, attempts=attempts, transport=transport
         )
-        self._post = retry(
-            retry=retry_if_exception(retryable_http_error),
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=0.2, max=5.0),
-            reraise=True,
-        )(self._post_once)
-
-    def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
-        response = self._client.post("/v1/chat/completions", json=body)
-        response.raise_for_status()
-        data: dict[str, Any] = response.json()
-        return data
 
     def _one(self, request: GenerationRequest) -> Generation:
         body: dict[str, Any] = {
@@ -92,11 +120,11 @@ class OpenAIChatPolicy:
         if self.stop:
             body["stop"] = self.stop
         try:
-            data = self._post(body)
+            data = self._http.post(body)
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as err:
-            raise PolicyError(f"{self._client.base_url}: chat completion failed: {err}") from err
+            raise PolicyError(f"{self._http.base_url}: chat completion failed: {err}") from err
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -116,4 +144,4 @@ class OpenAIChatPolicy:
             return list(pool.map(self._one, requests))
 
     def close(self) -> None:
-        self._client.close()
+        self._http.close()

@@ -103,3 +103,21 @@ def test_a_batch_keeps_request_order() -> None:
     requests = [GenerationRequest([{"role": "user", "content": f"m{i}"}]) for i in range(6)]
     outs = policy(handler, max_batch=3).generate(requests)
     assert [o.text for o in outs] == [f"M{i}" for i in range(6)]
+
+
+def test_one_client_speaks_chat_completions() -> None:
+    """The target and the engineer share `ChatCompletionsClient`: no other module of the
+    package posts to `/v1/chat/completions` with retries of its own."""
+    import ast
+    from pathlib import Path
+
+    import harness_r1
+
+    root = Path(harness_r1.__file__).parent
+    speaking = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value == "/v1/chat/completions"
+    )
+    assert speaking == ["harness/policies/openai_http.py"]
