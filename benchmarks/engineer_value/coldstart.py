@@ -286,8 +286,8 @@ def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str,
     rows were written as `<patch>{json}</patch>`. The think line is carried over as written;
     the template choices are the same (asserted: the call renders a patch with the row's
     description). A template that adapts to the packet (ALFWorld's and WebShop's skills,
-    DBBench's hints by query type) renders its general form from a call
-    (`call_renders_as_canaried` counts those rows); the choice the row teaches is the same."""
+    DBBench's hints by query type) renders its general form from a call; the choice the row
+    teaches is the same."""
     from harness_r1.sandbox import parse_engineer_output
     from harness_r1.trainer import call_of, template_call
 
@@ -301,16 +301,6 @@ def current_format(completion: list[dict[str, str]], env: str) -> list[dict[str,
     if call is None or call.patch is None or call.patch.description != parsed.patch.description:
         raise ValueError(f"{env}: a committed row's call does not render its templates")
     return [*completion[:-1], {**completion[-1], "content": text}]
-
-
-def call_renders_as_canaried(completion: list[dict[str, str]], env: str) -> bool:
-    """Whether a committed row's call (`current_format`) renders the very patch its canary ran."""
-    from harness_r1.sandbox import parse_engineer_output
-    from harness_r1.trainer import template_call
-
-    canaried = parse_engineer_output(completion[-1]["content"], env=env).patch
-    call = template_call(current_format(completion, env)[-1]["content"], env)
-    return call is not None and call.patch == canaried
 
 
 def run_coldstart(envs: list[str], out: Path, log: Path) -> None:

@@ -38,13 +38,6 @@ class Product:
     def option_groups(self) -> dict[str, tuple[str, ...]]:
         return dict(self.options)
 
-    def group_of(self, value: str) -> str | None:
-        """The option group offering `value` (first in page order), or None."""
-        for name, values in self.options:
-            if value in values:
-                return name
-        return None
-
 
 @dataclass(frozen=True)
 class Goal:
