@@ -77,7 +77,7 @@ class ChatCompletionsClient:
         return data
 
     def close(self) -> None:
-        self._http.close()
+        self._client.close()
 
 
 class OpenAIChatPolicy:
