@@ -39,7 +39,7 @@ CLIENT_TESTS = [
 #: name -> (the source file, the test files that guard it; a file not there yet is skipped)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "static": (
-        "harness_r1/sandbox/static.py",
+        "harness_r1/sandbox/static_checker.py",
         [
             "tests/sandbox/test_static.py",
             "tests/sandbox/test_static_messages.py",
@@ -58,6 +58,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "executor": (
         "harness_r1/sandbox/executor.py",
+        [
+            "tests/sandbox/test_isolation.py",
+            "tests/sandbox/test_executor.py",
+            "tests/sandbox/test_executor_faults.py",
+            "tests/sandbox/test_executor_worker.py",
+        ],
+    ),
+    "worker_process": (
+        "harness_r1/sandbox/worker_process.py",
         [
             "tests/sandbox/test_isolation.py",
             "tests/sandbox/test_executor.py",

@@ -112,7 +112,7 @@ $PY - "$WORK/daemon.yaml" <<'EOF'
 import sys
 from pathlib import Path
 from harness_r1.daemon.settings import load_settings
-from harness_r1.consumers.kafka import make_producer, publish
+from harness_r1.consumers import make_producer, publish
 s = load_settings(Path(sys.argv[1]))
 p = make_producer(s.kafka_client())
 publish(p, s.trajectory_topic, b"{broken", timeout_s=10)

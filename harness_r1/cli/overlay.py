@@ -3,7 +3,7 @@
 list/show/diff read the registry only; release/rollback/pin/pause/resume sign a message,
 publish it on Kafka and record it in the registry (who, why, the seq it went out with).
 A control command that was published exits 0: recording it races with the daemon's control
-follower, and whichever is second finds it done (`deploy/publisher.py` `record_control`).
+follower, and whichever is second finds it done (`deploy/control_effect.py` `record_control`).
 """
 
 from __future__ import annotations

@@ -17,12 +17,8 @@ from typing import Any
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaError
 
-from harness_r1.consumers.kafka import (
-    TOPIC_EXISTS,
-    KafkaSettings,
-    TopicSetupError,
-    admin_client,
-)
+from harness_r1.consumers.kafka_client import KafkaSettings, admin_client
+from harness_r1.consumers.topic_setup import TOPIC_EXISTS, TopicSetupError
 
 __all__ = ["TopicSpec", "TopicState", "create_topics", "describe_topics", "differences"]
 

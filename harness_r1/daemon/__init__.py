@@ -8,17 +8,26 @@ Modules:
   person on call reading the log should see it move (and a ...
 - control.py: Control commands in: the daemon reads the control topic like every agent does,
   accepts exactly what agents accept, and brings its ...
+- daemon_config.py: The daemon process's plain config: the one place its defaults live
 - deadletter.py: Dead letters: a record that cannot become a stored trajectory, kept with why
   and where from
 - grpo_job.py: The scheduled GRPO update: stored candidate groups -> one new engineer version
+- health.py: The daemon's health endpoints: /metrics, /healthz and /readyz over HTTP
 - ingest.py: Trajectories in: Kafka -> validated -> deduplicated -> durable, then offsets
   committed
+- ingest_progress.py: Ingest progress as the daemon sees it: lag, stuck partitions, and the
+  sink it reports to
+- logs.py: The daemon's logs: structlog and the standard library's logging routed to one
+  handler, in one shape
 - loop.py: The continual-improvement loop: failure batch -> packet -> K proposals -> sandbox +
   canary -> gate -> registry -> signed staged release ...
 - loop_config.py: The improvement loop's plain config: the one place its defaults live
-- observability.py: The daemon's logs, metrics and health endpoints
+- metrics.py: The daemon's Prometheus metrics: `DaemonMetrics`, from consumed trajectory to
+  GRPO update, and the fixed label values its series are created with
 - replayable.py: Which failed trajectories the canary can replay: those whose (env, split,
   task_id) is in the daemon's benchmark data
+- scheduler.py: The daemon's scheduler: its jobs' triggers, on a job store that outlives a
+  database error
 - service.py: The daemon process: ingest, canary workers, scheduled jobs, metrics and health,
   one stop
 - tasks.py: The benchmark tasks the daemon replays, by (env, split, task_id): one index per
@@ -46,7 +55,7 @@ if TYPE_CHECKING:
         Unreadable,
         parse_trajectory,
     )
-    from harness_r1.daemon.observability import configure_logging
+    from harness_r1.daemon.logs import configure_logging
     from harness_r1.daemon.replayable import ReplayableTasks
     from harness_r1.daemon.tasks import TaskIndex
     from harness_r1.daemon.topics import recommended_topics

@@ -18,7 +18,7 @@ Semantics (the same rules as `deploy/client.py`, through the shared `deploy/acce
   again.
   A seq at or below the mark is `rejected_replay` (a replay, or an older command that arrived
   after a newer one; agents refuse it too);
-- an accepted command is applied by `deploy/publisher.py` `record_control`, the same code the
+- an accepted command is applied by `deploy/control_effect.py` `record_control`, the same code the
   CLI runs right after publishing: rollback (revoked overlay rolled back; `--to ID` / `base`
   made the pool's overlay; without `--to`, the overlay the revoked one superseded), pin (the
   pinned overlay made active when the registry lacks that), pause/resume (an audit event).

@@ -8,6 +8,10 @@ durable), workers finish their batch within `drain_timeout_s` or leave it to its
 retried by whoever claims it next), the scheduler stops without starting new jobs, then the
 process exits. Nothing in flight is lost: everything consumed is in the store before the
 offset moves.
+
+What is not a thread of the process lives beside it: its config (daemon_config.py), ingest's
+progress bookkeeping (ingest_progress.py) and the scheduler (scheduler.py). `run_job` stays
+here: the job store holds it by its text reference, "harness_r1.daemon.service:run_job".
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
@@ -30,8 +33,11 @@ import structlog
 
 from harness_r1.consumers import split_position_key
 from harness_r1.daemon.control import ControlFollower
-from harness_r1.daemon.ingest import PollReport, TrajectoryIngest
+from harness_r1.daemon.daemon_config import DaemonConfig
+from harness_r1.daemon.ingest import TrajectoryIngest
+from harness_r1.daemon.ingest_progress import IngestSink, LogEnds, PartitionProgress
 from harness_r1.daemon.loop import ImprovementLoop
+from harness_r1.daemon.scheduler import build_scheduler
 from harness_r1.daemon.store import IngestLease, IngestLeaseLost, StateStore
 
 log = structlog.get_logger(__name__)
@@ -47,142 +53,6 @@ def run_job(daemon_key: str, name: str) -> None:
         log.warning("job_without_daemon", job=name)
         return
     daemon.run_job(name)
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    key: str = "main"  # names this daemon's scheduler jobs (one per process)
-    canary_workers: int = 1
-    flush_interval_s: float = 10.0
-    guard_interval_s: float = 30.0
-    grpo_check_interval_s: float = 60.0
-    grpo_cron: str | None = None
-    retention_days: float = 30.0
-    drain_timeout_s: float = 30.0
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 30.0
-    lag_interval_s: float = 1.0  # lag is re-read after a poll (failing or not) this often
-    stuck_after_s: float = 60.0  # a partition behind its end that long without progress
-    #: One ingesting daemon per consumer group on a state store: the name of the store lock
-    #: it holds while ingesting (None: no lock, tests). Another daemon waits as a standby.
-    ingest_lock: str | None = None
-    ingest_lease_s: float = 15.0
-    standby_retry_s: float = 5.0
-    announce_interval_s: float = 20 * 60.0  # a third of a release's validity (1 h)
-    jobstore_url: str | None = None  # None: in-memory (tests); the state URL in production
-    #: What a partition whose log the broker reset under the stored position gets: "stop"
-    #: (held, not ready, until `harness-r1 ingest reset`) or "earliest" (read again from the
-    #: log's start, duplicates dropped by trajectory id).
-    on_log_reset: str = "stop"
-
-
-class IngestSink:
-    """What the daemon reports about ingestion (adapted onto DaemonMetrics)."""
-
-    def polled(self, report: PollReport) -> None: ...
-    def store_error(self) -> None: ...
-    def lag(self, lag: dict[str, int]) -> None: ...  # by "topic:partition"
-    def committed(self, at: float) -> None: ...
-    def queue_depth(self, pending: int, running: int) -> None: ...
-    def broker_error(self, op: str) -> None: ...
-    def broker_reachable(self, up: bool) -> None: ...
-    def partitions_held(self, held: dict[str, str]) -> None: ...  # "topic:partition" -> why
-
-
-def _resilient_jobstore(url: str) -> Any:
-    """apscheduler's SQLAlchemy job store, except that a database error while it records a
-    job's next run time does not end the scheduler: apscheduler 3.11 lets that error escape
-    its main loop, and the thread dies, so no job ever ran again after one "database is
-    locked" (seen with the state store's write lock held for a minute). The job keeps its old
-    next run time and runs again on the next round (jobs coalesce; all of ours are safe to run
-    twice); the next wake-up is retried soon. Its start is retried too (see `start`)."""
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-    from sqlalchemy.exc import DBAPIError
-
-    class ResilientJobStore(SQLAlchemyJobStore):  # type: ignore[misc,unused-ignore]
-        def start(self, scheduler: Any, alias: str) -> None:
-            """apscheduler creates its table at start (check, then create): two daemons
-            starting at once on a new database race there, and the loser died with "table
-            daemon_scheduler_jobs already exists". The check is simply made again."""
-            for attempt in range(5):
-                try:
-                    super().start(scheduler, alias)
-                    return
-                except DBAPIError:
-                    if attempt == 4:
-                        raise
-                    time.sleep(0.2 * (attempt + 1))
-
-        def update_job(self, job: Any) -> None:
-            try:
-                super().update_job(job)
-            except DBAPIError as err:
-                log.warning(
-                    "scheduler_store_error", op="update_job", job=job.id, error=str(err)[:200]
-                )
-
-        def get_next_run_time(self) -> Any:
-            try:
-                return super().get_next_run_time()
-            except DBAPIError as err:
-                log.warning("scheduler_store_error", op="next_run_time", error=str(err)[:200])
-                return datetime.now(UTC) + timedelta(seconds=5)
-
-    return ResilientJobStore(url=url, tablename="daemon_scheduler_jobs")
-
-
-class PartitionProgress:
-    """Which partitions are behind their end without moving: what /readyz names."""
-
-    def __init__(self, stuck_after_s: float) -> None:
-        self.stuck_after_s = stuck_after_s
-        self._since: dict[str, tuple[int, float]] = {}  # key -> (position, since when)
-        self._lag: dict[str, int] = {}
-
-    def observe(self, positions: dict[str, int], lag: dict[str, int], now: float) -> None:
-        self._lag = dict(lag)
-        for key in lag:
-            position = positions.get(key, 0)
-            seen = self._since.get(key)
-            if seen is None or seen[0] != position:
-                self._since[key] = (position, now)
-
-    def stuck(self, now: float) -> list[str]:
-        lines = []
-        for key, behind in sorted(self._lag.items()):
-            position, since = self._since.get(key, (0, now))
-            if behind > 0 and now - since >= self.stuck_after_s:
-                lines.append(
-                    f"partition {key} stuck at offset {position}, {behind} records behind, "
-                    f"no progress for {now - since:.0f} s"
-                )
-        return lines
-
-
-class LogEnds:
-    """The end of each partition's log as best known, for the lag gauge.
-
-    Why remember: a reader reopened after a store failure knows only the broker's ListOffsets
-    answer until its first fetch, and tansu answers that with the base offset of the last
-    record batch (see BroadcastReader.end_offsets). Ingest stuck on the store reopens its
-    reader after every failed batch, so lag read from the reader alone reported the end as
-    of a batch ago: 15 records waiting where 50 were, exactly while lag matters most. So an
-    end known only from ListOffsets never lowers what was seen; an end from a fetch response
-    is exact and replaces it, lower or not (a broker on `memory://` comes back empty after a
-    restart: its log starts again from 0)."""
-
-    def __init__(self) -> None:
-        self._ends: dict[str, int] = {}
-
-    def lag(
-        self, ends: dict[str, int], exact: dict[str, int], positions: dict[str, int]
-    ) -> dict[str, int]:
-        """Records behind per "topic:partition" in `ends` (what the broker answered now),
-        `exact` the ends the reader's fetches reported, `positions` its next offsets (absent:
-        from 0)."""
-        for key, end in ends.items():  # `ends` already holds the fetched end where known
-            self._ends[key] = end if key in exact else max(self._ends.get(key, 0), end)
-        return {key: max(0, self._ends[key] - positions.get(key, 0)) for key in ends}
 
 
 class Daemon:
@@ -244,7 +114,7 @@ class Daemon:
             self._spawn("control", lambda: self._control_loop(follower))
         for worker in self.worker_ids:
             self._spawn(worker, functools.partial(self._worker_loop, worker))
-        self._scheduler = self._build_scheduler()
+        self._scheduler = build_scheduler(self.config)
         log.info("daemon_started", workers=len(self.worker_ids))
 
     def stop(self) -> None:
@@ -581,48 +451,3 @@ class Daemon:
                     log.info("retention", purged=self.store.purge(cutoff))
             except Exception:  # noqa: BLE001 - a job failing must not stop the scheduler
                 log.exception("job_failed")
-
-    def _build_scheduler(self) -> Any:
-        from apscheduler.schedulers.background import BackgroundScheduler
-        from apscheduler.triggers.cron import CronTrigger
-        from apscheduler.triggers.interval import IntervalTrigger
-
-        stores: dict[str, Any] = {}
-        if self.config.jobstore_url:
-            stores["default"] = _resilient_jobstore(self.config.jobstore_url)
-        scheduler = BackgroundScheduler(
-            jobstores=stores,
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60},
-            timezone=UTC,
-        )
-        grpo_trigger = (
-            CronTrigger.from_crontab(self.config.grpo_cron, timezone=UTC)
-            if self.config.grpo_cron
-            else IntervalTrigger(seconds=self.config.grpo_check_interval_s)
-        )
-        jobs = {
-            "flush": IntervalTrigger(seconds=self.config.flush_interval_s),
-            "guard": IntervalTrigger(seconds=self.config.guard_interval_s),
-            "grpo": grpo_trigger,
-            "retention": IntervalTrigger(hours=24),
-            "announce": IntervalTrigger(seconds=self.config.announce_interval_s),
-            # every daemon (not a singleton): each loads a version another one trained
-            "engineer": IntervalTrigger(seconds=self.config.grpo_check_interval_s),
-        }
-        # Started paused so the persistent store is readable: a job already stored keeps its
-        # schedule (next run time) across restarts; a new or changed trigger replaces it.
-        scheduler.start(paused=True)
-        for name, trigger in jobs.items():
-            job_id = f"{self.config.key}:{name}"
-            stored = scheduler.get_job(job_id)
-            if stored is not None and str(stored.trigger) == str(trigger):
-                continue
-            scheduler.add_job(
-                "harness_r1.daemon.service:run_job",
-                trigger,
-                args=[self.config.key, name],
-                id=job_id,
-                replace_existing=True,
-            )
-        scheduler.resume()
-        return scheduler

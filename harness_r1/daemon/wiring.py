@@ -31,13 +31,16 @@ from harness_r1.consumers import (
 from harness_r1.contracts import INGEST_TARGET_PREFIX, CanaryReport, ControlCommand, ControlKind
 from harness_r1.daemon.canary_log import LoggedCanaryProgress
 from harness_r1.daemon.control import ControlFollower
+from harness_r1.daemon.daemon_config import DaemonConfig
 from harness_r1.daemon.grpo_job import EngineerVersions
+from harness_r1.daemon.health import HealthServer
 from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
+from harness_r1.daemon.ingest_progress import IngestSink
 from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink
 from harness_r1.daemon.loop_config import LoopConfig
-from harness_r1.daemon.observability import DaemonMetrics, HealthServer, env_label
+from harness_r1.daemon.metrics import DaemonMetrics, env_label
 from harness_r1.daemon.replayable import ReplayableTasks
-from harness_r1.daemon.service import Daemon, DaemonConfig, IngestSink
+from harness_r1.daemon.service import Daemon
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.tasks import TaskIndex

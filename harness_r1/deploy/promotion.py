@@ -25,7 +25,8 @@ import structlog
 from harness_r1.contracts import Patch
 from harness_r1.deploy.cohort import fraction_with_both_arms
 from harness_r1.deploy.publisher import Publisher
-from harness_r1.deploy.registry import OverlayRecord, OverlayRegistry, OverlayState
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry_records import OverlayRecord, OverlayState
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,8 @@
 """The sandbox: model-written patches are hostile. parse.py (engineer output -> Patch),
-static.py (AST rules with stable codes), hooklib.py (what a hook may use), executor.py +
-worker_main.py + isolation.py (the isolated warm worker), canary.py (paired re-runs of the
-frozen target), gate.py (promotion decisions), patchfile.py + reference_patches/.
+static.py + static_codes.py + static_report.py + static_checker.py (AST rules with stable codes),
+hooklib.py (what a hook may use), executor.py + sandbox_config.py + worker_faults.py +
+worker_process.py + worker_main.py + isolation.py (the isolated warm worker), canary.py (paired
+re-runs of the frozen target), gate.py (promotion decisions), patchfile.py + reference_patches/.
 
 Modules:
 - canary.py: The canary: re-run the frozen target on the same tasks and seeds with and without a
@@ -25,9 +26,22 @@ Modules:
 - parse.py: Parse an engineer model's output into the Patch contract
 - patchfile.py: Patch files on disk: a Patch as JSON, engineer output, or the sectioned `.patch`
   format
+- sandbox_config.py: SandboxConfig: how hook workers are isolated and budgeted (limits, uids,
+  time budgets, and the development and test switches)
 - static.py: Static checks of a Patch: the first (and weakest) layer of the sandbox
+- static_checker.py: The static checker's AST visitor: one walk over a hook module that applies
+  every rule and records each violation at its line and column
+- static_codes.py: The static checks' vocabulary: the stable violation codes, the message each
+  one gives, and the names, modules and attributes a hook may not use
+- static_report.py: What the static checks are given and what they give back: their numeric
+  limits (`StaticLimits`), a `Violation`, per-hook `HookStats` and the `StaticReport` of a patch
+- worker_faults.py: The faults a call to a hook worker can end with: the counter in `events` each
+  one increments, and `_Fault`, the exception that carries one in the parent
 - worker_main.py: The hook worker: a warm child process that runs model-written hooks behind
   isolation layers
+- worker_process.py: The parent's side of one hook worker process: starting it (the bootstrap
+  command line, the hello with its isolation report, loading the hooks), one JSON request and
+  its answer under a deadline, and killing it
 """
 
 from typing import TYPE_CHECKING
@@ -55,7 +69,7 @@ if TYPE_CHECKING:
         compose_chain,
         effective_sources,
     )
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox.executor import IsolatedHooks
     from harness_r1.sandbox.gate import (
         GATE_PROFILES,
         GateConfig,
@@ -96,7 +110,10 @@ if TYPE_CHECKING:
         parse_sectioned,
         reference_patches,
     )
-    from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits, check_patch
+    from harness_r1.sandbox.sandbox_config import SandboxConfig
+    from harness_r1.sandbox.static import check_patch
+    from harness_r1.sandbox.static_codes import BANNED_NAMES, Code
+    from harness_r1.sandbox.static_report import StaticLimits
 
 __getattr__ = lazy_exports(__name__, __file__)
 

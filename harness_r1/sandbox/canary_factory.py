@@ -15,10 +15,11 @@ from harness_r1.envs import EnvSuite
 from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies import Policy
 from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryProgress, CanaryRunner
-from harness_r1.sandbox.executor import SandboxConfig, isolated_hooks_factory
+from harness_r1.sandbox.executor import isolated_hooks_factory
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.metrics import SandboxMetrics
-from harness_r1.sandbox.static import StaticLimits
+from harness_r1.sandbox.sandbox_config import SandboxConfig
+from harness_r1.sandbox.static_report import StaticLimits
 
 
 def build_canary_runner(

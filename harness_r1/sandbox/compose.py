@@ -43,13 +43,9 @@ from dataclasses import dataclass, field
 
 from harness_r1.contracts import HookCode, HookMode, HookName, Patch
 from harness_r1.harness import CONTROL_MARKERS, MAX_EFFECT_TEXT, MAX_SKILLS, MAX_SKILLS_CHARS
-from harness_r1.sandbox.static import (
-    LINK_FACTORY,
-    StaticLimits,
-    StaticReport,
-    check_patch,
-    check_source,
-)
+from harness_r1.sandbox.static import check_patch, check_source
+from harness_r1.sandbox.static_checker import LINK_FACTORY
+from harness_r1.sandbox.static_report import StaticLimits, StaticReport
 
 
 class CompositionRefused(ValueError):

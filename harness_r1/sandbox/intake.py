@@ -20,7 +20,8 @@ from typing import Literal, Protocol
 
 from harness_r1.contracts import HookName, Patch
 from harness_r1.sandbox.parse import ParseResult, parse_engineer_output
-from harness_r1.sandbox.static import StaticLimits, StaticReport, Violation, check_patch
+from harness_r1.sandbox.static import check_patch
+from harness_r1.sandbox.static_report import StaticLimits, StaticReport, Violation
 
 #: where a candidate failed: its text ("parse"), a hook its engineer may not write ("scope"),
 #: a static check ("static")

@@ -1,11 +1,11 @@
 """The hook worker: a warm child process that runs model-written hooks behind isolation layers.
 
-Started by `harness_r1.sandbox.executor` as `python -I -S -B -W ignore -c BOOTSTRAP ARGS`: the
-bootstrap puts the project and pyseccomp's directory on sys.path and registers bare package
-modules for `harness_r1` and `harness_r1.sandbox` (their __init__ files are not run), then calls
-`main`. Only the standard library, this module, `isolation`, `hooklib` and pyseccomp are
-imported, all before the isolation layers go up (after the uid drop the interpreter's own files
-may be unreadable).
+Started by `harness_r1.sandbox.worker_process` as `python -I -S -B -W ignore -c BOOTSTRAP
+ARGS`: the bootstrap puts the project and pyseccomp's directory on sys.path and registers bare
+package modules for `harness_r1` and `harness_r1.sandbox` (their __init__ files are not run),
+then calls `main`. Only the standard library, this module, `isolation`, `hooklib` and pyseccomp
+are imported, all before the isolation layers go up (after the uid drop the interpreter's own
+files may be unreadable).
 
 Protocol: newline-delimited JSON on two private pipe descriptors (the originals of fd 0 and 1,
 which then point at /dev/null so nothing a hook reaches can write into the protocol). Nothing is

@@ -1,9 +1,11 @@
 """The harness engineer: what proposes patches and what trains the model that proposes them.
 
-Two halves, one package. Proposing (what the daemon runs on every batch): prompt.py,
-engineer.py (generation backends), propose.py (samples through the sandbox's intake),
-writers.py, teacher.py + templates/ + template_calls.py. Training (offline jobs, and the GRPO
-updates the daemon schedules): coldstart*.py, sft.py, grpo.py, runs.py, model_io.py,
+Two halves, one package. Proposing (what the daemon runs on every batch): prompt.py with
+prompt_config.py, prompt_meanings.py, prompt_examples.py and prompt_packet.py, engineer.py
+(generation backends), propose.py (samples through the sandbox's intake), writers.py,
+teacher.py + templates/ + template_calls.py. Training (offline jobs, and the GRPO updates the
+daemon schedules): coldstart*.py (coldstart.py, coldstart_rules.py, coldstart_packet.py,
+coldstart_stats.py, coldstart_sources.py), sft.py, grpo.py, runs.py, model_io.py,
 versions.py, replay.py, canary_reward.py, online.py, shaping.py, heldout.py and the target's
 target_*.py / deployed_target.py. Why one package: training reads what proposing writes, turn
 for turn (the prompt, the template calls, the output format SFT rows are rendered in), and the
@@ -14,8 +16,14 @@ Modules:
 - canary_reward.py: GRPO's online reward: the canary
 - coldstart.py: The cold-start dataset: teacher proposals that the sandbox and the canary proved
   executable and non-regressive on the frozen target, as ...
+- coldstart_packet.py: One packet of the cold start: the teacher's K proposals, checked, run
+  through the canary together and judged, each written as ...
+- coldstart_rules.py: The cold start's rules: what a build is configured with
+  (`ColdStartConfig`) and how each candidate is judged against it, ...
 - coldstart_sources.py: Where the cold start's packets come from: trajectories of training-split
   runs, cut into batches, each batch turned into one failure ...
+- coldstart_stats.py: The cold start's counts: what became of each packet's proposals
+  (`PacketStats`) and of the whole build (`ColdStartStats`, what ...
 - deployed_target.py: Train the deployed target: LoRA on the embedded base from expert
   demonstrations
 - engineer.py: Engineer generation backends: K sampled completions per prompt, with their token
@@ -31,6 +39,14 @@ Modules:
   patches are judged on, rebuilt from the ...
 - prompt.py: The engineer's prompt: a system message that teaches the hook surface, a user
   message that renders one FailurePacket
+- prompt_config.py: What the engineer's prompt is configured with: `PromptConfig`, the hooks an
+  engineer may write, and the static limits the prompt states
+- prompt_examples.py: The worked examples of the engineer's system message: the generic snap and
+  loop examples, and one hook of an env's reference patch, ...
+- prompt_meanings.py: The prompt's hand-written meanings: one line per hook, per (hook, effect)
+  and per banned construct, and the ctx keys each hook gets ...
+- prompt_packet.py: The engineer's user message: one FailurePacket rendered as compact,
+  deterministic plain text (its episodes, their snippets around ...
 - propose.py: K candidate patches for one failure packet: sample, then classify each through
   the intake
 - replay.py: The replay-group format: what the daemon writes for every evaluated batch and
@@ -61,13 +77,8 @@ from harness_r1.exports import lazy_exports
 
 if TYPE_CHECKING:
     from harness_r1.trainer.canary_reward import CanaryReward, canary_rows
-    from harness_r1.trainer.coldstart import (
-        ColdStartConfig,
-        ColdStartStats,
-        PacketStats,
-        build_coldstart,
-        packet_row,
-    )
+    from harness_r1.trainer.coldstart import build_coldstart, packet_row
+    from harness_r1.trainer.coldstart_rules import ColdStartConfig
     from harness_r1.trainer.coldstart_sources import (
         CanaryScope,
         PacketSource,
@@ -76,6 +87,7 @@ if TYPE_CHECKING:
         sources_from_runs,
         tasks_and_seeds,
     )
+    from harness_r1.trainer.coldstart_stats import ColdStartStats, PacketStats
     from harness_r1.trainer.deployed_target import (
         DeployedRun,
         deployed_settings,
@@ -102,13 +114,8 @@ if TYPE_CHECKING:
     )
     from harness_r1.trainer.model_io import file_sha256, load_policy, resolve_base
     from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
-    from harness_r1.trainer.prompt import (
-        PromptConfig,
-        engineer_messages,
-        hooks_without,
-        render_completion,
-        system_prompt,
-    )
+    from harness_r1.trainer.prompt import engineer_messages, render_completion, system_prompt
+    from harness_r1.trainer.prompt_config import PromptConfig, hooks_without
     from harness_r1.trainer.propose import (
         Proposal,
         classify,

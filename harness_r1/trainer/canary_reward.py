@@ -17,7 +17,9 @@ import structlog
 from harness_r1.contracts import FailurePacket
 from harness_r1.sandbox import CanaryBatch, Candidate, Evaluator, GateConfig, StaticLimits
 from harness_r1.trainer.engineer import EngineerSample
-from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
+from harness_r1.trainer.prompt import engineer_messages
+from harness_r1.trainer.prompt_config import PromptConfig
+from harness_r1.trainer.prompt_examples import PromptExample
 from harness_r1.trainer.propose import classify
 from harness_r1.trainer.shaping import InvalidRewardShape
 

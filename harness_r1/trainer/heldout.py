@@ -65,7 +65,7 @@ from harness_r1.sandbox import (
 )
 from harness_r1.trainer.coldstart_sources import PacketSource
 from harness_r1.trainer.engineer import EngineerBackend
-from harness_r1.trainer.prompt import PromptConfig
+from harness_r1.trainer.prompt_config import PromptConfig
 from harness_r1.trainer.propose import classify
 from harness_r1.trainer.writers import EngineerWriter, PatchWriter
 

@@ -32,7 +32,9 @@ from harness_r1.trainer.engineer import (
     EngineerSpec,
     build_engineer,
 )
-from harness_r1.trainer.prompt import PromptConfig, PromptExample, engineer_messages
+from harness_r1.trainer.prompt import engineer_messages
+from harness_r1.trainer.prompt_config import PromptConfig
+from harness_r1.trainer.prompt_examples import PromptExample
 from harness_r1.trainer.template_calls import template_call
 
 

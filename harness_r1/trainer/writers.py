@@ -14,7 +14,8 @@ from typing import Protocol, runtime_checkable
 
 from harness_r1.contracts import FailurePacket
 from harness_r1.trainer.engineer import DEFAULT_MAX_NEW_TOKENS, EngineerBackend, EngineerSample
-from harness_r1.trainer.prompt import PromptConfig, engineer_messages
+from harness_r1.trainer.prompt import engineer_messages
+from harness_r1.trainer.prompt_config import PromptConfig
 from harness_r1.trainer.teacher import TeacherConfig, TemplateTeacher
 
 

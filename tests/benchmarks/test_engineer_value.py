@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from harness_r1.trainer.prompt import PromptConfig, system_prompt
+from harness_r1.trainer.prompt import system_prompt
+from harness_r1.trainer.prompt_config import PromptConfig
 
 #: the experiment's package, which `python benchmarks/engineer_value` runs
 PACKAGE = Path(__file__).parents[2] / "benchmarks" / "engineer_value"
@@ -473,7 +474,8 @@ def test_a_cold_start_against_another_target_gives_packets_only(
     from harness_r1.envs import get_suite
     from harness_r1.harness import EpisodeSpec, HarnessRuntime, RunConfig
     from harness_r1.harness.policies import ScriptedPolicy
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox.executor import IsolatedHooks
+    from harness_r1.sandbox.sandbox_config import SandboxConfig
 
     root = Settings().data_root()
     suite = get_suite("dbbench")

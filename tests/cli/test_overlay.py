@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings
+from harness_r1.consumers.kafka_client import KafkaSettings
 from harness_r1.contracts import ControlCommand, OverlayRelease
 from harness_r1.deploy.signing import Keyring, open_envelope
 

@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
 from harness_r1.cli.publish import Line, check_lines, read_lines
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import BroadcastReader, Record, ensure_topics
+from harness_r1.consumers.records import Record
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
 from harness_r1.contracts.trajectory import Step
 from harness_r1.daemon.ingest import IngestConfig, TrajectoryIngest

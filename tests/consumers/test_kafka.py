@@ -11,18 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker, free_port, metadata_probe
-from harness_r1.consumers.kafka import (
-    BroadcastReader,
-    KafkaSettings,
-    KafkaUnavailableError,
-    PublishError,
-    Record,
-    ensure_topics,
-    make_producer,
-    parse_positions,
-    publish,
-)
+from harness_r1.consumers.kafka_client import KafkaSettings, KafkaUnavailableError
+from harness_r1.consumers.producer import PublishError, make_producer, publish
+from harness_r1.consumers.records import Record, parse_positions
+from harness_r1.consumers.topic_setup import ensure_topics
 
 pytestmark = pytest.mark.integration
 

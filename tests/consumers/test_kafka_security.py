@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from harness_r1.consumers.kafka import KafkaSecurity, KafkaSettings, client_config
+from harness_r1.consumers.kafka_client import KafkaSettings, client_config
+from harness_r1.consumers.security import KafkaSecurity
 from harness_r1.daemon.settings import KafkaOptions, SettingsError, load_settings
 from harness_r1.daemon.wiring import kafka_settings
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import ensure_topics
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.consumers.topics import (
     TopicSpec,
     TopicState,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import harness_r1.sandbox.worker_main as worker_main
 from harness_r1.contracts import HookFault, HookFaultKind
-from harness_r1.sandbox.executor import FAULT_COUNTERS
-from harness_r1.trainer.coldstart import HOOK_FAULT_EVENTS, VIOLATION_EVENTS
+from harness_r1.sandbox.worker_faults import FAULT_COUNTERS
+from harness_r1.trainer.coldstart_rules import HOOK_FAULT_EVENTS, VIOLATION_EVENTS
 
 
 def test_every_fault_the_worker_sends_is_a_kind() -> None:

@@ -16,8 +16,9 @@ from harness_r1.harness.episode import EpisodeSpec
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryRunner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.trainer.engineer import EngineerSample
 
 ENV, SPLIT = "webshop", "fixed"

@@ -23,20 +23,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy.exc import OperationalError
 
 import harness_r1.daemon.control as control_module
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import (
-    BroadcastReader,
-    KafkaSettings,
-    Record,
-    ensure_topics,
-    make_producer,
-    publish,
-)
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.producer import make_producer, publish
+from harness_r1.consumers.records import Record
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import ControlCommand, ControlKind, HookCode, HookName, Patch
 from harness_r1.daemon.control import COMMANDS, FOLLOWED_STREAM, RESULTS, ControlFollower
 from harness_r1.deploy.client import ClientConfig, OverlayClient
-from harness_r1.deploy.publisher import APPLIED_STREAM, Publisher, PublisherConfig
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.deploy.control_effect import APPLIED_STREAM
+from harness_r1.deploy.publisher import Publisher, PublisherConfig
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry_records import OverlayState
 from harness_r1.deploy.signing import Keyring, Signer, seal
 from harness_r1.harness.hooks import HookSet, NoHooks
 

@@ -14,8 +14,10 @@ import httpx
 import pytest
 from daemon_rig import ReferenceEngineer, canary_for, failed_trajectories
 
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.producer import make_producer, publish
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.deploy.signing import Keyring, generate_keypair, open_envelope
@@ -129,7 +131,7 @@ def test_registry_follows_a_rollback_published_elsewhere(
     from daemon_rig import ENV
 
     from harness_r1.contracts import ControlCommand, ControlKind
-    from harness_r1.deploy.registry import OverlayState
+    from harness_r1.deploy.registry_records import OverlayState
     from harness_r1.deploy.signing import Signer, seal
     from harness_r1.sandbox.patchfile import reference_patches
 

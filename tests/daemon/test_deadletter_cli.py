@@ -15,8 +15,10 @@ from test_durability import synthetic_trajectory
 from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import BroadcastReader, ensure_topics, make_producer, publish
+from harness_r1.consumers.producer import make_producer, publish
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.daemon.ingest import IngestConfig, TrajectoryIngest
 from harness_r1.daemon.settings import load_settings
 from harness_r1.daemon.store import StateStore

@@ -9,7 +9,8 @@ from typing import Any
 
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
-from harness_r1.consumers.kafka import PublishError, Record
+from harness_r1.consumers.producer import PublishError
+from harness_r1.consumers.records import Record
 from harness_r1.daemon.deadletter import (
     MAX_PUBLISH_ATTEMPTS,
     DeadLetterOutbox,

@@ -33,8 +33,10 @@ import pytest
 import yaml
 
 from harness_r1.consumers.broker import EmbeddedBroker, free_port
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics, make_producer
+from harness_r1.consumers.kafka_client import KafkaSettings
 from harness_r1.consumers.packets import is_failure
+from harness_r1.consumers.producer import make_producer
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
 from harness_r1.contracts.trajectory import Step
 from harness_r1.daemon.settings import KafkaOptions, LoopOptions, MetricsOptions, Settings

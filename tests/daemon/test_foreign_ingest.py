@@ -29,8 +29,10 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from test_durability import DaemonProcess, synthetic_trajectory, wait_for  # noqa: E402
 
+from harness_r1.consumers.broadcast_reader import BroadcastReader  # noqa: E402
 from harness_r1.consumers.broker import EmbeddedBroker  # noqa: E402
-from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, ensure_topics  # noqa: E402
+from harness_r1.consumers.kafka_client import KafkaSettings  # noqa: E402
+from harness_r1.consumers.topic_setup import ensure_topics  # noqa: E402
 from harness_r1.daemon.settings import Settings  # noqa: E402
 from harness_r1.daemon.store import StateStore  # noqa: E402
 

@@ -25,15 +25,12 @@ import structlog
 from sqlalchemy import text
 from test_durability import synthetic_trajectory
 
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import (
-    BroadcastReader,
-    KafkaSettings,
-    Record,
-    ensure_topics,
-    make_producer,
-    publish,
-)
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.producer import make_producer, publish
+from harness_r1.consumers.records import Record
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import Trajectory
 from harness_r1.daemon.deadletter import ReasonCode, dead_letter
 from harness_r1.daemon.ingest import (

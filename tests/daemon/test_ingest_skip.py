@@ -21,8 +21,9 @@ from test_durability import synthetic_trajectory, wait_for
 from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import BroadcastReader, make_producer, publish
+from harness_r1.consumers.producer import make_producer, publish
 from harness_r1.daemon.settings import Settings, load_settings
 from harness_r1.daemon.store import IngestLease
 from harness_r1.daemon.wiring import Built, build_daemon

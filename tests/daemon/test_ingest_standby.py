@@ -19,8 +19,10 @@ import pytest
 from daemon_rig import ingest_settings
 from test_durability import synthetic_trajectory, wait_for
 
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import BroadcastReader, KafkaSettings, make_producer, publish
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.producer import make_producer, publish
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import Built, build_daemon

@@ -19,7 +19,7 @@ from daemon_rig import ingest_settings
 from test_durability import synthetic_trajectory, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import make_producer, publish
+from harness_r1.consumers.producer import make_producer, publish
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.trainer.writers import TemplateWriter

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from test_durability import synthetic_trajectory
 
-from harness_r1.consumers.kafka import Record
+from harness_r1.consumers.records import Record
 from harness_r1.contracts import Trajectory
 from harness_r1.daemon.deadletter import ReasonCode
 from harness_r1.daemon.ingest import (
@@ -25,7 +25,7 @@ from harness_r1.daemon.ingest import (
     next_positions,
     parse_trajectory,
 )
-from harness_r1.daemon.service import LogEnds
+from harness_r1.daemon.ingest_progress import LogEnds
 
 
 def trajectory() -> Trajectory:

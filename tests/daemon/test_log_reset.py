@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.daemon.demo.run import write_config
 from harness_r1.daemon.service import Daemon
 from harness_r1.daemon.settings import Settings

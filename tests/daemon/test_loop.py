@@ -26,14 +26,16 @@ from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
 from harness_r1.daemon.store import StateStore, ingest_item
 from harness_r1.deploy.publisher import Publisher
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry_records import OverlayState
 from harness_r1.deploy.signing import Signer
 from harness_r1.envs import get_suite
 from harness_r1.harness import RunCancelled
 from harness_r1.harness.episode import EpisodeSpec
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.trainer.engineer import EngineerSample
 from harness_r1.trainer.writers import TemplateWriter
 

@@ -12,7 +12,9 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from harness_r1.daemon.observability import DaemonMetrics, HealthServer, configure_logging
+from harness_r1.daemon.health import HealthServer
+from harness_r1.daemon.logs import configure_logging
+from harness_r1.daemon.metrics import DaemonMetrics
 
 
 @pytest.fixture
@@ -203,7 +205,7 @@ def test_repeated_library_warnings_pass_once_a_minute_with_a_count() -> None:
     minute per message, the next one saying how many were dropped; our own lines all pass."""
     import logging
 
-    from harness_r1.daemon.observability import RepeatFilter
+    from harness_r1.daemon.logs import RepeatFilter
 
     now = [0.0]
     repeat = RepeatFilter(interval_s=60, clock=lambda: now[0])

@@ -32,7 +32,7 @@ from test_durability import HARNESS_R1, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.daemon.demo.run import write_config
-from harness_r1.daemon.observability import configure_logging
+from harness_r1.daemon.logs import configure_logging
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.deploy.signing import generate_keypair

@@ -64,7 +64,7 @@ def test_two_daemons_starting_at_once_on_a_new_database_both_start(tmp_path: Pat
 
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    from harness_r1.daemon.service import _resilient_jobstore
+    from harness_r1.daemon.scheduler import _resilient_jobstore
 
     for n in range(20):
         url = f"sqlite:///{tmp_path / f'jobs-{n}.db'}"

@@ -278,7 +278,7 @@ def test_sandbox_options_reach_the_canary_workers(clean_env: pytest.MonkeyPatch)
     """The defaults are the sandbox's own; a non-root deployment accepts a shared uid with
     one variable, and the episode hook budget can be lifted with null."""
     from harness_r1.harness.runtime import RunConfig
-    from harness_r1.sandbox.executor import SandboxConfig
+    from harness_r1.sandbox.sandbox_config import SandboxConfig
 
     assert Settings().sandbox.sandbox_config() == SandboxConfig()
     assert Settings().sandbox.episode_hook_budget_s == RunConfig().hook_budget_s

@@ -21,7 +21,8 @@ import yaml
 from test_durability import DaemonProcess, produce, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
 from harness_r1.contracts.trajectory import Step
 from harness_r1.daemon.settings import Settings

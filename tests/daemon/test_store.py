@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
 
-from harness_r1.consumers.kafka import Record
+from harness_r1.consumers.records import Record
 from harness_r1.contracts import Outcome, TargetRef, TaskRef, Termination, Timings, Trajectory
 from harness_r1.daemon.deadletter import DeadLetter, ReasonCode, dead_letter
 from harness_r1.daemon.store import (

@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import KafkaSettings, ensure_topics
-from harness_r1.daemon.observability import configure_logging
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.topic_setup import ensure_topics
+from harness_r1.daemon.logs import configure_logging
 from harness_r1.daemon.wiring import build_daemon
 from harness_r1.trainer.writers import TemplateWriter
 

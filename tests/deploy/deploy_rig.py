@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from harness_r1.consumers.kafka import Record
+from harness_r1.consumers.records import Record
 from harness_r1.contracts import (
     ControlCommand,
     ControlKind,

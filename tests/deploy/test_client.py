@@ -15,7 +15,7 @@ from deploy_rig import RecordingSource, Rig, TaggedHooks, signed_control, signed
 
 from harness_r1.contracts import ControlKind
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC, ClientConfig, OverlayClient
-from harness_r1.deploy.registry import OverlayState
+from harness_r1.deploy.registry_records import OverlayState
 
 
 def test_release_activates_and_lease_stamps_the_overlay(rig: Rig, client: OverlayClient) -> None:

@@ -12,7 +12,7 @@ from deploy_rig import Rig, signed_control, signed_release
 
 from harness_r1.contracts import ControlKind
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC, OverlayClient
-from harness_r1.deploy.registry import OverlayState
+from harness_r1.deploy.registry_records import OverlayState
 from harness_r1.deploy.state import Hold
 from harness_r1.harness.hooks import NoHooks
 
@@ -176,7 +176,7 @@ def test_an_agent_back_after_a_rollback_expired_still_drops_the_overlay(rig: Rig
 
 
 def test_taken_back_overlays_cannot_be_released_again_only_pinned(rig: Rig) -> None:
-    from harness_r1.deploy.registry import InvalidTransition
+    from harness_r1.deploy.registry_records import InvalidTransition
 
     a, b = rig.overlay("a"), rig.overlay("b")
     rig.publisher.release(a, actor="x", reason="r")

@@ -19,14 +19,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from deploy_rig import make_patch, signed_release
 from prometheus_client import CollectorRegistry
 
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import (
-    BroadcastReader,
-    KafkaSettings,
-    ensure_topics,
-    make_producer,
-    publish,
-)
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.producer import make_producer, publish
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import (
     ControlCommand,
     ControlKind,
@@ -41,14 +38,16 @@ from harness_r1.deploy.client import ClientConfig, ClientMetrics, OverlayClient
 from harness_r1.deploy.guard import GuardConfig, LiveGuard, Verdict
 from harness_r1.deploy.guard_loop import GuardLoop
 from harness_r1.deploy.publisher import DeployMetrics, Publisher, PublisherConfig
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry_records import OverlayState
 from harness_r1.deploy.signing import Keyring, Signer, seal
 from harness_r1.envs import get_suite
 from harness_r1.harness import HarnessRuntime, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from deploy_rig import Rig, make_patch
 
 from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.promotion import Promoter, Promotion
-from harness_r1.deploy.registry import OverlayState
+from harness_r1.deploy.registry_records import OverlayState
 
 
 def promotion(

@@ -22,18 +22,17 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from harness_r1.contracts import HookCode, HookName, Patch
-from harness_r1.deploy.registry import (
+from harness_r1.deploy.overlay_views import diff_overlays, render_record
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry_records import (
     TRANSITIONS,
     InvalidTransition,
-    OverlayRegistry,
     OverlayState,
-    RegistryBase,
     RegistryError,
     UnknownOverlay,
-    advance_statement,
-    diff_overlays,
-    render_record,
 )
+from harness_r1.deploy.registry_schema import RegistryBase
+from harness_r1.deploy.registry_targets import advance_statement
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BODY = "def hook(ctx, state):\n    return None\n"

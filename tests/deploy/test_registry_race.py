@@ -42,19 +42,18 @@ from typer.testing import CliRunner
 
 import harness_r1.deploy.publisher as publisher_module
 from harness_r1.cli.app import app
+from harness_r1.consumers.broadcast_reader import BroadcastReader
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.consumers.kafka import (
-    BroadcastReader,
-    KafkaSettings,
-    ensure_topics,
-    make_producer,
-    publish,
-)
+from harness_r1.consumers.kafka_client import KafkaSettings
+from harness_r1.consumers.producer import make_producer, publish
+from harness_r1.consumers.topic_setup import ensure_topics
 from harness_r1.contracts import ControlCommand, ControlKind, Patch
 from harness_r1.daemon.control import FOLLOWED_STREAM, ControlFollower
 from harness_r1.deploy.client import ClientConfig, OverlayClient
-from harness_r1.deploy.publisher import APPLIED_STREAM, Publisher, PublisherConfig
-from harness_r1.deploy.registry import OverlayRegistry, OverlayState
+from harness_r1.deploy.control_effect import APPLIED_STREAM
+from harness_r1.deploy.publisher import Publisher, PublisherConfig
+from harness_r1.deploy.registry import OverlayRegistry
+from harness_r1.deploy.registry_records import OverlayState
 from harness_r1.deploy.signing import Keyring, Signer
 
 pytestmark = pytest.mark.integration
@@ -375,7 +374,7 @@ def test_publishers_in_several_processes_send_in_seq_order(db_url: str) -> None:
 def test_a_pools_hold_follows_pause_pin_and_resume(db_url: str) -> None:
     """The hold `overlay list/show` report, recorded by `record_control` (the CLI's and the
     daemon's follower's shared path) on either database."""
-    from harness_r1.deploy.publisher import record_control
+    from harness_r1.deploy.control_effect import record_control
 
     registry = OverlayRegistry(db_url)
     now = datetime.now(UTC)

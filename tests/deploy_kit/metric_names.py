@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from harness_r1.daemon.observability import DaemonMetrics
+from harness_r1.daemon.metrics import DaemonMetrics
 from harness_r1.deploy.publisher import DeployMetrics
 from harness_r1.sandbox.metrics import SandboxMetrics
 

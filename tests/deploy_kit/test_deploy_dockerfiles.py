@@ -195,7 +195,7 @@ def _healthcheck_argv(path: Path) -> list[str]:
 def test_the_health_check_command_against_a_real_health_server(ready: bool) -> None:
     from prometheus_client import CollectorRegistry
 
-    from harness_r1.daemon.observability import HealthServer
+    from harness_r1.daemon.health import HealthServer
 
     server = HealthServer(CollectorRegistry(), "0.0.0.0", 0, lambda: (ready, "why"))
     server.start()

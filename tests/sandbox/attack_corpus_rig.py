@@ -31,7 +31,9 @@ from harness_r1.contracts import HookCode, HookName, Patch, TaskSpec
 from harness_r1.envs.base import EnvError, EnvSuite, StepResult
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.sandbox.executor import FAULT_COUNTERS, IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
+from harness_r1.sandbox.worker_faults import FAULT_COUNTERS
 
 SHORT = 0.3  # wall budget for hooks that must time out
 ROOMY = 5.0  # wall budget for hooks that must hit another limit first (memory, recursion, size)

@@ -16,7 +16,8 @@ from harness_r1.envs.base import EnvError, EnvSuite, StepResult
 from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryConfig, CanaryRunner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.sandbox.static import check_patch
 
 

@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry
 
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.harness.hooks import HookCall
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.isolation import LAYERS
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 PRE = HookName.PRE_ACTION
 

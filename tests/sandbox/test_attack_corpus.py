@@ -50,7 +50,8 @@ from test_attack_corpus_contained import CONTAINED
 from test_attack_corpus_rejected import REJECTED
 
 from harness_r1.contracts import EffectKind, HookCode, HookName, Patch
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.sandbox.static import check_patch
 
 

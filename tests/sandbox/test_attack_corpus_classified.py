@@ -22,7 +22,8 @@ from attack_corpus_rig import (
 from executor_rig import pid_gone
 
 from harness_r1.contracts import Termination
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 CLASSIFIED: list[Classified] = [
     # -- junk return values --------------------------------------------------------------------

@@ -50,8 +50,9 @@ from harness_r1.sandbox.canary import (
     CanaryRunner,
     Candidate,
 )
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 pytestmark = pytest.mark.usefixtures("door_env_reset")
 

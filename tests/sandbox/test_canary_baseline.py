@@ -30,7 +30,8 @@ from harness_r1.sandbox.canary import (
     generation_identity,
 )
 from harness_r1.sandbox.compose import Link
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 pytestmark = pytest.mark.usefixtures("door_env_reset")
 

@@ -18,7 +18,8 @@ from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import PolicyError
 from harness_r1.sandbox.canary import CanaryRunner, Candidate, InfraFailure
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 pytestmark = pytest.mark.usefixtures("door_env_reset")
 

@@ -16,7 +16,8 @@ from harness_r1.harness.effects import (
 )
 from harness_r1.sandbox.compose import CompositionRefused, Link, compose_chain
 from harness_r1.sandbox.hooklib import hook_globals
-from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.sandbox.static import check_patch
+from harness_r1.sandbox.static_report import StaticLimits
 
 
 def source(body: str, helpers: str = "") -> str:

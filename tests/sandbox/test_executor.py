@@ -19,8 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.harness.hooks import HookCall
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig, isolated_hooks_factory
+from harness_r1.sandbox.executor import IsolatedHooks, isolated_hooks_factory
 from harness_r1.sandbox.metrics import SandboxMetrics
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.sandbox.static import check_patch
 
 

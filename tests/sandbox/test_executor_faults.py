@@ -17,8 +17,9 @@ from prometheus_client import CollectorRegistry
 
 from harness_r1.contracts import HookName, Patch
 from harness_r1.harness.hooks import HookCall
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.metrics import SandboxMetrics
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 # --- the record of each outcome -----------------------------------------------------------
 

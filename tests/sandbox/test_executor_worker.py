@@ -29,7 +29,8 @@ from executor_rig import (
 
 from harness_r1.contracts import HookName
 from harness_r1.harness.hooks import HookCall
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from harness_r1.harness import RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.sandbox.canary import BaselineCache, CanaryConfig
 from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.intake import (
     BAD_TEMPLATE_CALL,
     RenderedCall,
@@ -20,7 +20,9 @@ from harness_r1.sandbox.intake import (
     take_in,
 )
 from harness_r1.sandbox.parse import render_completion
-from harness_r1.sandbox.static import StaticLimits, check_patch
+from harness_r1.sandbox.sandbox_config import SandboxConfig
+from harness_r1.sandbox.static import check_patch
+from harness_r1.sandbox.static_report import StaticLimits
 
 GOOD = Patch(
     env="dbbench",

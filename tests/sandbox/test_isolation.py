@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from harness_r1.harness.hooks import InProcessHooks
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 BUDGET = 0.25
 TRIVIAL = """
@@ -406,14 +407,14 @@ def test_the_worker_itself_refuses_hooks_when_an_isolation_layer_failed() -> Non
     import sys
     from dataclasses import asdict
 
-    from harness_r1.sandbox import executor
+    from harness_r1.sandbox import worker_process
     from harness_r1.sandbox.isolation import IsolationSettings
 
     boot = {
-        "path": executor._worker_sys_path(),
+        "path": worker_process._worker_sys_path(),
         "packages": [
-            ["harness_r1", str(executor._SANDBOX_DIR.parent)],
-            ["harness_r1.sandbox", str(executor._SANDBOX_DIR)],
+            ["harness_r1", str(worker_process._SANDBOX_DIR.parent)],
+            ["harness_r1.sandbox", str(worker_process._SANDBOX_DIR)],
         ],
         "config": {
             "isolation": asdict(IsolationSettings(fail_layer="seccomp")),
@@ -425,7 +426,7 @@ def test_the_worker_itself_refuses_hooks_when_an_isolation_layer_failed() -> Non
         {"id": 2, "op": "call", "hook": "pre_action", "ctx": {"action": " a "}, "state": {"n": 1}},
         {"id": 3, "op": "ping"},
     ]
-    argv = [sys.executable, "-I", "-S", "-B", "-W", "ignore", "-c", executor._BOOTSTRAP]
+    argv = [sys.executable, "-I", "-S", "-B", "-W", "ignore", "-c", worker_process._BOOTSTRAP]
     done = subprocess.run(
         [*argv, json.dumps(boot)],
         input="".join(json.dumps(r) + "\n" for r in requests).encode(),

@@ -14,8 +14,8 @@ from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryBatch, Candidate
 from harness_r1.sandbox.canary_factory import build_canary_runner
-from harness_r1.sandbox.executor import SandboxConfig
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.trainer.teacher import TeacherConfig, TemplateChoice, TemplateTeacher
 from harness_r1.trainer.templates import templates_for
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 PROJECT = Path(__file__).resolve().parents[2]
 NOBODY_ELSE = 65533
@@ -32,7 +33,8 @@ PROBE = """
 import json, os, sys
 from prometheus_client import CollectorRegistry
 from harness_r1.contracts import HookCode, Patch
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.sandbox.metrics import SandboxMetrics
 accept = sys.argv[1] == "accept"
 code = "def hook(ctx, state):\\n    return None\\n"

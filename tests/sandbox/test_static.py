@@ -24,17 +24,9 @@ from harness_r1.sandbox.hooklib import (
     hook_globals,
     similarity,
 )
-from harness_r1.sandbox.static import (
-    BANNED_MODULES,
-    BANNED_NAMES,
-    Code,
-    HookStats,
-    StaticLimits,
-    StaticReport,
-    Violation,
-    check_patch,
-    check_source,
-)
+from harness_r1.sandbox.static import check_patch, check_source
+from harness_r1.sandbox.static_codes import BANNED_MODULES, BANNED_NAMES, Code
+from harness_r1.sandbox.static_report import HookStats, StaticLimits, StaticReport, Violation
 
 
 def in_hook(body: str) -> str:
@@ -542,12 +534,12 @@ def test_violations_are_capped_per_hook() -> None:
 
 
 def test_checker_failure_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness_r1.sandbox import static
+    from harness_r1.sandbox import static_checker
 
     def boom(self: Any, tree: Any) -> int:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(static._Checker, "walk", boom)
+    monkeypatch.setattr(static_checker._Checker, "walk", boom)
     source = in_hook("return None")
     violations, stats = check_source(source, "pre_action")
     assert violations == [

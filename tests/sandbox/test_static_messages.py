@@ -12,15 +12,9 @@ import pytest
 
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.sandbox.hooklib import ALLOWED_BUILTINS, MATH_EXPORTS, RE_EXPORTS
-from harness_r1.sandbox.static import (
-    Code,
-    HookStats,
-    StaticLimits,
-    StaticReport,
-    Violation,
-    check_patch,
-    check_source,
-)
+from harness_r1.sandbox.static import check_patch, check_source
+from harness_r1.sandbox.static_codes import Code
+from harness_r1.sandbox.static_report import HookStats, StaticLimits, StaticReport, Violation
 
 Found = tuple[str, str, int | None, int | None]
 

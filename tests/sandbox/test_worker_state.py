@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from harness_r1.contracts import HookName
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 
 pytestmark = pytest.mark.integration
 

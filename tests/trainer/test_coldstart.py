@@ -31,18 +31,18 @@ from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryRunner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.parse import render_completion
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.trainer.coldstart import (
     DATASET_FILE,
     PACKETS_FILE,
     REJECTED_FILE,
     STATS_FILE,
-    ColdStartConfig,
     build_coldstart,
-    judge,
 )
+from harness_r1.trainer.coldstart_rules import ColdStartConfig, judge
 from harness_r1.trainer.coldstart_sources import (
     PacketSource,
     SourceConfig,

@@ -42,7 +42,9 @@ from harness_r1.sandbox.hooklib import (
     RE_EXPORTS,
 )
 from harness_r1.sandbox.parse import parse_engineer_output, render_completion
-from harness_r1.sandbox.static import BANNED_NAMES, Code, StaticLimits, check_patch
+from harness_r1.sandbox.static import check_patch
+from harness_r1.sandbox.static_codes import BANNED_NAMES, Code
+from harness_r1.sandbox.static_report import StaticLimits
 from harness_r1.trainer import prompt as prompt_module
 from harness_r1.trainer.engineer import (
     EngineerError,
@@ -55,21 +57,19 @@ from harness_r1.trainer.engineer import (
     load_adapter,
 )
 from harness_r1.trainer.prompt import (
+    engineer_messages,
+    engineer_prompt_text,
+    system_prompt,
+    template_menu,
+)
+from harness_r1.trainer.prompt_config import PromptConfig, hooks_without, limits_stated
+from harness_r1.trainer.prompt_examples import SNAP_EXAMPLE, default_examples, reference_example
+from harness_r1.trainer.prompt_meanings import (
     BANNED_CONSTRUCTS,
     EFFECT_MEANINGS,
     HOOK_EXTRA_CTX,
     HOOK_MEANINGS,
     NOT_CONSTRUCTS,
-    SNAP_EXAMPLE,
-    PromptConfig,
-    default_examples,
-    engineer_messages,
-    engineer_prompt_text,
-    hooks_without,
-    limits_stated,
-    reference_example,
-    system_prompt,
-    template_menu,
 )
 from harness_r1.trainer.propose import (
     classify,
@@ -766,7 +766,8 @@ def test_the_lean_prompt_is_a_third_of_the_full_one(
 @pytest.mark.parametrize("lean", [False, True])
 @pytest.mark.parametrize("env", ["alfworld", "dbbench", "webshop"])
 def test_the_advisory_prompt_asks_for_advice_not_forced_steps(env: str, lean: bool) -> None:
-    from harness_r1.trainer.prompt import ADVISORY_TASK, PromptConfig, system_prompt
+    from harness_r1.trainer.prompt import ADVISORY_TASK, system_prompt
+    from harness_r1.trainer.prompt_config import PromptConfig
     from harness_r1.trainer.templates import TEMPLATES
 
     default = system_prompt(env, config=PromptConfig(lean=lean))

@@ -20,10 +20,11 @@ from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner, InfraFailure
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.gate import GateConfig
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.trainer.coldstart_sources import (
     SourceConfig,
     TaskIndex,

@@ -15,9 +15,10 @@ from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.tasks import spread
 from harness_r1.sandbox.canary import CanaryRunner
-from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.intake import static_validator
 from harness_r1.sandbox.patchfile import reference_patches
+from harness_r1.sandbox.sandbox_config import SandboxConfig
 from harness_r1.trainer.canary_reward import CanaryReward, canary_rows
 from harness_r1.trainer.online import load_packet_rows, packets_and_resolver
 

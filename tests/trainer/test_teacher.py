@@ -372,7 +372,8 @@ def _run_dbbench(patch: Any, reply: str, tasks: list[Any]) -> list[Any]:
     from harness_r1.envs import get_suite
     from harness_r1.harness import EpisodeSpec, HarnessRuntime, RunConfig
     from harness_r1.harness.policies import ScriptedPolicy
-    from harness_r1.sandbox.executor import IsolatedHooks, SandboxConfig
+    from harness_r1.sandbox.executor import IsolatedHooks
+    from harness_r1.sandbox.sandbox_config import SandboxConfig
 
     runtime = HarnessRuntime(
         get_suite("dbbench"), ScriptedPolicy([reply]), DATA_ROOT, RunConfig(max_steps=3)

@@ -522,7 +522,7 @@ class GateOptions(_Group):
 
 
 class SandboxOptions(_Group):
-    """How the canary's hook workers run candidates (see harness_r1/sandbox/executor.py)."""
+    """How the canary's hook workers run candidates (see harness_r1/sandbox/sandbox_config.py)."""
 
     accept_shared_uid: bool = Field(
         default=SandboxConfig.accept_shared_uid,

@@ -1,34 +1,21 @@
-"""The daemon's logs, metrics and health endpoints.
+"""The daemon's Prometheus metrics: `DaemonMetrics`, from consumed trajectory to GRPO
+update, and the fixed label values its series are created with.
 
-Logs: structlog, rendered through the standard library's logging so that lines from
-kafka-python, SQLAlchemy or APScheduler come out in the same JSON shape as ours. Ids bound
-with `structlog.contextvars.bound_contextvars(packet_id=..., overlay_id=..., group_id=...)`
-appear in every line written inside the block, whoever writes it.
+One `DaemonMetrics` is built against a registry the caller owns (the daemon exposes it, tests
+pass a fresh one). Labels come from small fixed sets (env, outcome, state, verdict, reason,
+topic, queue), never ids: an id per series would grow the registry without bound.
 
-Metrics: one `DaemonMetrics` built against a registry the caller owns (the daemon exposes it,
-tests pass a fresh one). Labels come from small fixed sets (env, outcome, state, verdict,
-reason, topic, queue), never ids: an id per series would grow the registry without bound.
-
-Health: `HealthServer` serves /metrics, /healthz (the process answers) and /readyz (the
-daemon's own view: assigned partitions, reachable store, ...) from a daemon thread.
+A module of its own: the metric families are the list of what operators can watch (alerts
+and dashboards name them); neither the logs nor the HTTP server that serves them need it.
 """
 
 from __future__ import annotations
 
-import logging
-import socket
-import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TextIO
-from urllib.parse import urlsplit
 
-import structlog
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -36,7 +23,6 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
-    generate_latest,
 )
 
 from harness_r1.contracts import ActionOrigin
@@ -44,7 +30,6 @@ from harness_r1.daemon.control import ACTORS, COMMANDS, RESULTS
 from harness_r1.daemon.deadletter import REASON_CODES
 from harness_r1.envs import ENV_NAMES
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: Label values known in advance: their series exist (at 0) from the first scrape, so a rate()
 #: or an alert on them works before the first event. An env outside ENV_NAMES is "other".
 ENV_LABELS = (*ENV_NAMES, "other")
@@ -54,9 +39,6 @@ BATCH_STATES = ("sealed", "done", "failed", "retried", "handed_back", "stale")
 GATE_VERDICTS = ("promote", "reject", "inconclusive")
 GUARD_VERDICTS = ("promote", "rollback")
 QUEUES = ("pending_batches", "running_batches", "dead_letters")
-# Loggers of libraries whose INFO lines are routine chatter (kafka-python logs every
-# connection and metadata refresh: ~65% of a daemon's log at info); they log warnings up.
-QUIET_LIBRARIES = ("kafka", "apscheduler.scheduler", "apscheduler.executors")
 
 
 def env_label(env: str) -> str:
@@ -68,113 +50,6 @@ def env_label(env: str) -> str:
 # won), finer near 0 where most candidates land.
 SHARE_BUCKETS = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 CANARY_DELTA_BUCKETS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
-
-_HANDLER_NAME = "harness-r1"
-
-
-def configure_logging(
-    format: str = "json", level: str = "info", stream: TextIO | None = None
-) -> logging.Handler:
-    """Route structlog and the standard library's logging to one handler on `stream`
-    (default stderr): `json` writes one object a line with timestamp (ISO, UTC), level,
-    logger and the bound context vars; `console` is for a terminal.
-
-    Calling it again replaces the handler it installed before (so tests and a reloaded
-    config do not double every line); the handler is returned so a caller can remove it."""
-    level_no = _level_number(level)
-    if format not in ("json", "console"):
-        raise ValueError(f"log format {format!r} is neither 'json' nor 'console'")
-    out = stream if stream is not None else sys.stderr
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    renderer: list[Any]
-    if format == "json":
-        renderer = [
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ]
-    else:
-        renderer = [structlog.dev.ConsoleRenderer(colors=out.isatty())]
-    structlog.configure(
-        processors=[
-            structlog.stdlib.filter_by_level,
-            *shared,
-            structlog.processors.StackInfoRenderer(),
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,
-    )
-    handler = logging.StreamHandler(out)
-    handler.set_name(_HANDLER_NAME)
-    handler.addFilter(RepeatFilter())
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
-        )
-    )
-    root = logging.getLogger()
-    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level_no)
-    for name in QUIET_LIBRARIES:
-        logging.getLogger(name).setLevel(max(level_no, logging.WARNING))
-    return handler
-
-
-class RepeatFilter(logging.Filter):
-    """One line per `interval_s` for a library's repeated message, with a count.
-
-    A broker that is down makes kafka-python write the same warning (`No node available for
-    metadata refresh`) ~15 times a second: ~880 lines a minute drown everything else. Records
-    of the loggers under `libraries` are keyed by logger and message template; within
-    `interval_s` of one that passed, the same key is counted and dropped; the next one after
-    the interval passes with `(repeated N times in the last S s)` appended. The daemon's own
-    lines always pass."""
-
-    def __init__(
-        self,
-        interval_s: float = 60.0,
-        libraries: tuple[str, ...] = ("kafka",),
-        clock: Any = time.monotonic,
-    ) -> None:
-        super().__init__()
-        self.interval_s = interval_s
-        self.libraries = libraries
-        self._clock = clock
-        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
-        self._lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not any(
-            record.name == lib or record.name.startswith(lib + ".") for lib in self.libraries
-        ):
-            return True
-        key = (record.name, str(record.msg))
-        now = self._clock()
-        with self._lock:
-            passed_at, dropped = self._seen.get(key, (None, 0))
-            if passed_at is not None and now - passed_at < self.interval_s:
-                self._seen[key] = (passed_at, dropped + 1)
-                return False
-            self._seen[key] = (now, 0)
-        if dropped and passed_at is not None:
-            since = now - passed_at
-            record.msg = f"{record.msg} (repeated {dropped} times in the last {since:.0f} s)"
-        return True
-
-
-def _level_number(level: str) -> int:
-    if level.lower() not in LOG_LEVELS:
-        raise ValueError(f"log level {level!r} is not one of {', '.join(LOG_LEVELS)}")
-    return int(getattr(logging, level.upper()))
 
 
 class DaemonMetrics:
@@ -477,110 +352,3 @@ class DaemonMetrics:
 
     def set_engineer_version(self, version: str) -> None:
         self.engineer.info({"version": version})
-
-
-Ready = Callable[[], tuple[bool, str]]
-
-
-class HealthServer:
-    """/metrics, /healthz and /readyz over HTTP from a daemon thread (the standard library's
-    ThreadingHTTPServer: three small routes do not need a web framework, and a slow scrape
-    must not block a probe). `ready()` is called per /readyz request; it should be cheap."""
-
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, ready: Ready) -> None:
-        self.registry = registry
-        self.host = host
-        self._requested_port = port
-        self._ready = ready
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        """The port listened on: the one picked by the system when 0 was asked for."""
-        if self._server is None:
-            return self._requested_port
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError("HealthServer already started")
-        server_cls = _Server6 if ":" in self.host else ThreadingHTTPServer
-        try:
-            server = server_cls((self.host, self._requested_port), _handler(self))
-        except OSError as err:
-            raise OSError(
-                err.errno,
-                f"cannot listen on {self.host}:{self._requested_port} for /metrics: "
-                f"{err.strerror}; set HARNESS_R1_METRICS__PORT to a free port (0 picks one)",
-            ) from err
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="harness-r1-health",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and close the socket; safe to call twice or before start."""
-        server, thread = self._server, self._thread
-        self._server, self._thread = None, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> HealthServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def respond(self, path: str) -> tuple[int, str, bytes]:
-        """Status, content type and body for a GET of `path` (the routes, without HTTP)."""
-        route = urlsplit(path).path
-        if route == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
-        if route == "/healthz":
-            return 200, _TEXT, b"ok\n"
-        if route == "/readyz":
-            try:
-                ok, reason = self._ready()
-            except Exception as err:  # a failing check means not ready, not a dead server
-                ok, reason = False, f"readiness check failed: {type(err).__name__}: {err}"
-            body = (reason or ("ready" if ok else "not ready")) + "\n"
-            return (200 if ok else 503), _TEXT, body.encode("utf-8")
-        return 404, _TEXT, b"not found; try /metrics, /healthz or /readyz\n"
-
-
-_TEXT = "text/plain; charset=utf-8"
-
-
-class _Server6(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-def _handler(health: HealthServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            try:
-                status, content_type, body = health.respond(self.path)
-            except Exception as err:
-                status, content_type = 500, _TEXT
-                body = f"{type(err).__name__}: {err}\n".encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """No access log: a scrape every few seconds would drown the daemon's own lines."""
-
-    return Handler
