@@ -59,7 +59,7 @@ from harness_r1.deploy import (
 )
 from harness_r1.harness import RunCancelled, spread
 from harness_r1.sandbox import (
-    BASE,
+    BASE_INCUMBENT,
     CanaryBatch,
     Candidate,
     Evaluator,
@@ -536,7 +536,7 @@ def incumbent_of(registry: OverlayRegistry, target: str, env: str) -> Incumbent:
     pool has none for `env` (a pool's one active overlay belongs to one env)."""
     active = registry.active(target)
     if active is None or active.env != env:
-        return BASE
+        return BASE_INCUMBENT
     links = tuple(Link(oid, patch) for oid, patch in registry.chain(active.overlay_id))
     return Incumbent(active.overlay_id, links, active.patch)
 

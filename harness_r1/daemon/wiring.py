@@ -54,7 +54,7 @@ from harness_r1.deploy import (
     Signer,
 )
 from harness_r1.sandbox import (
-    BASE,
+    BASE_INCUMBENT,
     CanaryBatch,
     CanaryProgress,
     Candidate,
@@ -156,7 +156,7 @@ class _Serialized:
         self,
         batch: CanaryBatch,
         candidates: Sequence[Candidate],
-        incumbent: Incumbent = BASE,
+        incumbent: Incumbent = BASE_INCUMBENT,
         *,
         patch_alone: bool = True,
     ) -> CanaryReport:

@@ -45,11 +45,11 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from harness_r1.consumers import Record
-from harness_r1.contracts import ControlCommand, ControlKind, OverlayRelease, Patch
+from harness_r1.contracts import BASE_HARNESS, ControlCommand, ControlKind, OverlayRelease, Patch
 from harness_r1.deploy.acceptance import Stream, check_seq, check_stream, open_message
 from harness_r1.deploy.cohort import in_cohort
 from harness_r1.deploy.signing import Keyring, Rejection, VerificationError, open_envelope
-from harness_r1.deploy.state import BASE, Hold, StateStore
+from harness_r1.deploy.state import ClientStateStore, Hold
 from harness_r1.harness import HookSet, NoHooks
 
 log = structlog.get_logger(__name__)
@@ -137,7 +137,7 @@ class OverlayClient:
         self._hooks_factory = hooks_factory
         self._metrics = metrics
         self._now = now
-        self._store = StateStore(config.state_dir)
+        self._store = ClientStateStore(config.state_dir)
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self.state = self._store.load(config.agent_id, config.target)
@@ -333,8 +333,10 @@ class OverlayClient:
 
     def _rollback(self, command: ControlCommand) -> None:
         state = self.state
-        revoke = command.revoke_overlay_id or (state.active if state.active != BASE else None)
-        if revoke is not None and revoke != BASE and revoke not in state.revoked:
+        revoke = command.revoke_overlay_id or (
+            state.active if state.active != BASE_HARNESS else None
+        )
+        if revoke is not None and revoke != BASE_HARNESS and revoke not in state.revoked:
             state.revoked.append(revoke)
         if state.pending in state.revoked:
             state.pending = None
@@ -348,7 +350,7 @@ class OverlayClient:
             candidate = self.state.history.pop()
             if candidate not in self.state.revoked:
                 return candidate
-        return BASE
+        return BASE_HARNESS
 
     # -- swapping --------------------------------------------------------------------------
 
@@ -362,7 +364,7 @@ class OverlayClient:
             loaded = None
         if loaded is None:
             self._count_rejection("rollback_to_unknown")
-            loaded = _Loaded(BASE, NoHooks())
+            loaded = _Loaded(BASE_HARNESS, NoHooks())
         previous = self.state.active
         if remember and previous != loaded.overlay_id:
             self.state.history = [*self.state.history, previous][-HISTORY_LIMIT:]
@@ -389,14 +391,14 @@ class OverlayClient:
         loaded = self._load(overlay_id)
         if loaded is None:
             log.warning("overlay_unloadable_using_base", overlay_id=overlay_id, cause=cause)
-            self.state.active = BASE
-            return _Loaded(BASE, NoHooks())
+            self.state.active = BASE_HARNESS
+            return _Loaded(BASE_HARNESS, NoHooks())
         return loaded
 
     def _load(self, overlay_id: str) -> _Loaded | None:
         """Build the HookSet of a stored overlay, re-verifying its envelope (not its expiry)."""
-        if overlay_id == BASE:
-            return _Loaded(BASE, NoHooks())
+        if overlay_id == BASE_HARNESS:
+            return _Loaded(BASE_HARNESS, NoHooks())
         data = self._store.load_envelope(overlay_id)
         if data is None:
             return None

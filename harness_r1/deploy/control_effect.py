@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from harness_r1.contracts import ControlCommand, ControlKind
+from harness_r1.contracts import BASE_HARNESS, ControlCommand, ControlKind
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.deploy.registry_records import OverlayRecord, OverlayState, UnknownOverlay
-from harness_r1.deploy.state import BASE
 
 #: The registry mark of the highest control seq whose effect the registry holds, per target.
 APPLIED_STREAM = "control.applied"
@@ -87,10 +86,10 @@ class _Effect:
             dest = self.command.overlay_id
             if dest is not None:
                 self._go_to(dest)
-            pinned = self._known(dest) if dest not in (None, BASE) else self._active()
+            pinned = self._known(dest) if dest not in (None, BASE_HARNESS) else self._active()
             if pinned is not None:
                 self._note(pinned.overlay_id)
-            self._hold("pinned", pinned.overlay_id if pinned is not None else BASE)
+            self._hold("pinned", pinned.overlay_id if pinned is not None else BASE_HARNESS)
             return "reconciled" if self.changed else "already_applied"
         active = self._active()
         if active is not None:
@@ -115,7 +114,7 @@ class _Effect:
         active = self._active()
         revoke = self.command.revoke_overlay_id or (active.overlay_id if active else None)
         unknown = False
-        if revoke is not None and revoke != BASE:
+        if revoke is not None and revoke != BASE_HARNESS:
             record = self._known(revoke)
             unknown = record is None
             if record is not None and record.target == self.target:
@@ -124,14 +123,14 @@ class _Effect:
         if dest is not None:
             self._go_to(dest)
         elif active is not None and active.overlay_id == revoke:
-            self._go_to(self._previous_good(revoke) or BASE)
+            self._go_to(self._previous_good(revoke) or BASE_HARNESS)
         if self.changed:
             return "reconciled"
         return "unknown_overlay" if unknown and dest is None else "already_applied"
 
     def _go_to(self, dest: str) -> None:
         """Make DEST the target's overlay (BASE: none active)."""
-        record = None if dest == BASE else self._known(dest)
+        record = None if dest == BASE_HARNESS else self._known(dest)
         if record is None or record.target != self.target or record.state is OverlayState.CANDIDATE:
             active = self._active()  # agents without DEST's release run the base harness
             if active is not None:

@@ -26,7 +26,13 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness_r1.contracts import INGEST_TARGET_PREFIX, ControlCommand, ControlKind, OverlayRelease
+from harness_r1.contracts import (
+    BASE_HARNESS,
+    INGEST_TARGET_PREFIX,
+    ControlCommand,
+    ControlKind,
+    OverlayRelease,
+)
 from harness_r1.deploy.client import CONTROL_TOPIC, RELEASE_TOPIC
 from harness_r1.deploy.control_effect import record_control
 from harness_r1.deploy.registry import OverlayRegistry
@@ -37,7 +43,6 @@ from harness_r1.deploy.registry_records import (
     check_transition,
 )
 from harness_r1.deploy.signing import Signer, seal
-from harness_r1.deploy.state import BASE
 
 log = structlog.get_logger(__name__)
 
@@ -291,10 +296,10 @@ class Publisher:
             raise ValueError(f"cannot roll {overlay_id} back to itself")
         # unknown ids or impossible moves: a clear error before anything is sent
         for named in (overlay_id, revoke_overlay_id):
-            if named is not None and named != BASE:
+            if named is not None and named != BASE_HARNESS:
                 self.registry.get(named)
         moves_to = command in (ControlKind.ROLLBACK, ControlKind.PIN)
-        if moves_to and overlay_id not in (None, BASE):
+        if moves_to and overlay_id not in (None, BASE_HARNESS):
             state = self.registry.get(overlay_id).state
             if state is not OverlayState.ACTIVE:
                 check_transition(state, OverlayState.ACTIVE)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-BASE = "base"
+from harness_r1.contracts import BASE_HARNESS
+
 STATE_FILE = "client-state.json"
 
 
@@ -37,7 +38,7 @@ class ClientState(BaseModel):
     release_hwm: int = 0
     control_hwm: int = 0
     positions: dict[str, int] = Field(default_factory=dict)
-    active: str = BASE
+    active: str = BASE_HARNESS
     history: list[str] = Field(
         default_factory=list, description="Overlays active before the current one, oldest first."
     )
@@ -51,7 +52,7 @@ class ClientState(BaseModel):
     )
 
 
-class StateStore:
+class ClientStateStore:
     """`state_dir/client-state.json` plus `state_dir/overlays/<id>.envelope.json`."""
 
     def __init__(self, state_dir: Path) -> None:

@@ -50,7 +50,7 @@ from harness_r1.exports import lazy_exports
 
 if TYPE_CHECKING:
     from harness_r1.sandbox.canary import (
-        BASE,
+        BASE_INCUMBENT,
         WORKER_EVENTS,
         BaselineCache,
         CanaryBatch,
@@ -121,7 +121,7 @@ __getattr__ = lazy_exports(__name__, __file__)
 __all__ = [
     "ALLOWED_BUILTINS",
     "BANNED_NAMES",
-    "BASE",
+    "BASE_INCUMBENT",
     "BaselineCache",
     "CATCHABLE_EXCEPTIONS",
     "CanaryBatch",

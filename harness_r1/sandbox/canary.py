@@ -124,7 +124,7 @@ class Incumbent:
         return compose_chain([*self.links, Link(candidate_id, patch)]).patch
 
 
-BASE = Incumbent()
+BASE_INCUMBENT = Incumbent()
 
 
 def composed_overlay(
@@ -332,7 +332,7 @@ class CanaryRunner:
         policy = self.runtime.policy
         return TargetRef(model_id=policy.model_id, version=policy.version)
 
-    def baseline_key(self, batch: CanaryBatch, incumbent: Incumbent = BASE) -> str:
+    def baseline_key(self, batch: CanaryBatch, incumbent: Incumbent = BASE_INCUMBENT) -> str:
         """Batch, incumbent, target and everything about how the target runs that can change an
         outcome (step limit, history, decoding settings, batching, prefix reuse): a baseline is
         shared only with candidates run exactly the same way on the same incumbent."""
@@ -394,7 +394,7 @@ class CanaryRunner:
         return self.hooks_factory(incumbent.patch, incumbent.overlay_id)
 
     def baseline(
-        self, batch: CanaryBatch, incumbent: Incumbent = BASE
+        self, batch: CanaryBatch, incumbent: Incumbent = BASE_INCUMBENT
     ) -> tuple[list[EpisodeOutcome], bool]:
         key = self.baseline_key(batch, incumbent)
         cached = self.cache.get(key)
@@ -420,7 +420,7 @@ class CanaryRunner:
         self,
         batch: CanaryBatch,
         candidates: Sequence[Candidate],
-        incumbent: Incumbent = BASE,
+        incumbent: Incumbent = BASE_INCUMBENT,
         *,
         patch_alone: bool = True,
     ) -> CanaryReport:

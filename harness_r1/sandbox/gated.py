@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harness_r1.contracts import CanaryReport, CandidateResult
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
+from harness_r1.sandbox.canary import BASE_INCUMBENT, CanaryBatch, Candidate, Incumbent
 from harness_r1.sandbox.gate import (
     GateConfig,
     GateDecision,
@@ -55,7 +55,7 @@ def run_gated(
     guard_batch: CanaryBatch | None,
     candidates: Sequence[Candidate],
     gate: GateConfig,
-    incumbent: Incumbent = BASE,
+    incumbent: Incumbent = BASE_INCUMBENT,
 ) -> GatedReport:
     """Both runs judge the candidates composed onto `incumbent` against `incumbent`."""
     report = runner.evaluate(batch, candidates, incumbent)

@@ -47,7 +47,7 @@ from harness_r1.consumers import (
 )
 from harness_r1.contracts import FailurePacket, TaskRef, TaskSpec, Trajectory
 from harness_r1.envs import get_suite
-from harness_r1.sandbox import BASE, CanaryBatch, Incumbent, effective_sources
+from harness_r1.sandbox import BASE_INCUMBENT, CanaryBatch, Incumbent, effective_sources
 
 __all__ = [
     "CanaryScope",
@@ -71,7 +71,7 @@ class SourceConfig:
     batch_size: int = 8
     scope: CanaryScope = "batch"
     packet: PacketConfig = field(default_factory=PacketConfig)
-    incumbent: Incumbent = BASE  # the harness the runs were played under (rule 4)
+    incumbent: Incumbent = BASE_INCUMBENT  # the harness the runs were played under (rule 4)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -87,7 +87,7 @@ class PacketSource:
     packet: FailurePacket
     tasks: tuple[TaskSpec, ...]
     seeds: tuple[int, ...]
-    incumbent: Incumbent = BASE  # what candidates are composed onto and judged against
+    incumbent: Incumbent = BASE_INCUMBENT  # what candidates are composed onto and judged against
 
     def __post_init__(self) -> None:
         if not self.tasks:

@@ -51,7 +51,7 @@ import structlog
 
 from harness_r1.contracts import CanaryReport, CandidateResult
 from harness_r1.sandbox import (
-    BASE,
+    BASE_INCUMBENT,
     CanaryBatch,
     Candidate,
     Evaluator,
@@ -419,7 +419,7 @@ class NoCanary:
         self,
         batch: CanaryBatch,
         candidates: Sequence[Candidate],
-        incumbent: Incumbent = BASE,
+        incumbent: Incumbent = BASE_INCUMBENT,
         *,
         patch_alone: bool = True,
     ) -> CanaryReport:

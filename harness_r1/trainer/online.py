@@ -19,7 +19,7 @@ from typing import Any
 
 from harness_r1.contracts import CanaryReport, FailurePacket, Patch, TaskSpec
 from harness_r1.envs import get_suite
-from harness_r1.sandbox import BASE, CanaryBatch, Candidate, Evaluator, Incumbent, Link
+from harness_r1.sandbox import BASE_INCUMBENT, CanaryBatch, Candidate, Evaluator, Incumbent, Link
 from harness_r1.trainer.canary_reward import MappingResolver
 
 
@@ -48,7 +48,7 @@ def incumbent_of_row(row: dict[str, Any]) -> Incumbent:
         for link in recorded.get("links", [])
     ]
     if not links:
-        return BASE
+        return BASE_INCUMBENT
     return Incumbent.of_chain(str(recorded["overlay_id"]), links)
 
 
@@ -63,7 +63,7 @@ class OnIncumbent:
         self,
         batch: CanaryBatch,
         candidates: Sequence[Candidate],
-        incumbent: Incumbent = BASE,
+        incumbent: Incumbent = BASE_INCUMBENT,
         *,
         patch_alone: bool = True,
     ) -> CanaryReport:

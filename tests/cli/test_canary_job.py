@@ -7,13 +7,13 @@ from pathlib import Path
 
 from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.contracts import HookName
-from harness_r1.sandbox.canary import BASE
+from harness_r1.sandbox.canary import BASE_INCUMBENT
 
 REFERENCE = Path(__file__).resolve().parents[2] / "harness_r1" / "sandbox" / "reference_patches"
 
 
 def test_no_on_files_is_the_base_harness() -> None:
-    assert load_incumbent([], "dbbench") is BASE
+    assert load_incumbent([], "dbbench") is BASE_INCUMBENT
 
 
 def test_on_files_compose_into_the_incumbent_oldest_first(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from deploy_rig import RecordingSource, Rig, signed_release
 
 from harness_r1.contracts import ControlKind, Patch
 from harness_r1.deploy.client import RELEASE_TOPIC, ClientConfig, ClientMetrics, OverlayClient
-from harness_r1.deploy.state import STATE_FILE, ClientState, Hold, StateStore
+from harness_r1.deploy.state import STATE_FILE, ClientState, ClientStateStore, Hold
 from harness_r1.harness.hooks import HookSet, NoHooks
 
 
@@ -298,5 +298,5 @@ def test_an_operators_view_of_a_run_logs_counters_and_state(
         released={a: 1.0, b: 1.0, c: 1.0},
     )
     assert client.state == expected
-    assert StateStore(rig.tmp / "agent-0").load("agent-0", "pool-a") == expected
+    assert ClientStateStore(rig.tmp / "agent-0").load("agent-0", "pool-a") == expected
     client.close()

@@ -17,7 +17,7 @@ from deploy_rig import Rig, signed_control, signed_release
 from harness_r1.contracts import ControlKind, Patch
 from harness_r1.deploy.client import RELEASE_TOPIC, ClientConfig, OverlayClient
 from harness_r1.deploy.signing import Keyring, Signer
-from harness_r1.deploy.state import Hold, StateStore
+from harness_r1.deploy.state import ClientStateStore, Hold
 from harness_r1.harness.hooks import HookSet, NoHooks
 
 
@@ -83,7 +83,7 @@ def test_restart_does_not_apply_a_stored_release_for_another_target(rig: Rig) ->
     pool_b.sync()
     assert pool_b.active_overlay_id == other  # a genuine, accepted pool-b release
     pool_b.close()
-    store = StateStore(rig.tmp / "agent-0")  # pool-a's agent-0
+    store = ClientStateStore(rig.tmp / "agent-0")  # pool-a's agent-0
     [envelope] = (rig.tmp / "agent-b" / "overlays").glob("*.envelope.json")
     shutil.copy(envelope, store.overlay_dir / envelope.name)
     planted = store.load("agent-0", "pool-a")
@@ -114,7 +114,7 @@ def test_a_stored_envelope_that_is_not_the_overlay_named_means_base(
     client.handle(RELEASE_TOPIC, signed_release(rig.registry, rig.signer, a, 1))
     client.handle(RELEASE_TOPIC, signed_release(rig.registry, rig.signer, b, 2))
     client.close()
-    store = StateStore(rig.tmp / "agent-0")
+    store = ClientStateStore(rig.tmp / "agent-0")
     a_bytes = store.load_envelope(a)
     assert a_bytes is not None
     store.save_envelope(b, a_bytes)

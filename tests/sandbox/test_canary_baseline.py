@@ -19,7 +19,7 @@ from harness_r1.harness import HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
 from harness_r1.harness.policies.base import SamplingConfig
 from harness_r1.sandbox.canary import (
-    BASE,
+    BASE_INCUMBENT,
     BaselineCache,
     CanaryBatch,
     CanaryRunner,
@@ -241,7 +241,7 @@ def test_a_patch_that_helps_only_on_top_of_the_incumbent_scores_against_the_incu
 def test_baselines_are_keyed_by_the_incumbent(dancing_canary: CanaryRunner) -> None:
     on_open = Incumbent.of_chain("ov-open", [Link("ov-open", OPEN)])
     on_look = Incumbent.of_chain("ov-look", [Link("ov-look", LOOK_THEN_OPEN)])
-    keys = {dancing_canary.baseline_key(BATCH, i) for i in (BASE, on_open, on_look)}
+    keys = {dancing_canary.baseline_key(BATCH, i) for i in (BASE_INCUMBENT, on_open, on_look)}
     assert len(keys) == 3
     assert dancing_canary.baseline(BATCH, on_open)[0] != dancing_canary.baseline(BATCH, on_look)[0]
     assert dancing_canary.baseline(BATCH, on_open)[1]  # the second ask is the cached one

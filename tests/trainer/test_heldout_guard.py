@@ -23,7 +23,7 @@ from harness_r1.contracts import (
     TargetRef,
     TaskSpec,
 )
-from harness_r1.sandbox.canary import BASE, CanaryBatch, Candidate, Incumbent
+from harness_r1.sandbox.canary import BASE_INCUMBENT, CanaryBatch, Candidate, Incumbent
 from harness_r1.sandbox.compose import Link
 from harness_r1.trainer.heldout import HeldOutGate
 
@@ -62,7 +62,7 @@ class RecordingEvaluator:
         self,
         batch: CanaryBatch,
         candidates: Sequence[Candidate],
-        incumbent: Incumbent = BASE,
+        incumbent: Incumbent = BASE_INCUMBENT,
         *,
         patch_alone: bool = True,
     ) -> CanaryReport:
@@ -116,7 +116,7 @@ class RecordingEvaluator:
 def _source(first: int, pool: CanaryBatch = POOL, size: int = 2) -> Any:
     """A packet of `size` pool tasks (what `guard_pairs` reads of a PacketSource)."""
     tasks, seeds = pool.tasks[first : first + size], pool.seeds[first : first + size]
-    return SimpleNamespace(tasks=tasks, seeds=seeds, incumbent=BASE)
+    return SimpleNamespace(tasks=tasks, seeds=seeds, incumbent=BASE_INCUMBENT)
 
 
 def test_a_patch_runs_once_on_the_pool_and_each_packet_keeps_the_other_tasks() -> None:

@@ -15,7 +15,7 @@ from harness_r1.contracts import CanaryReport, format_share
 from harness_r1.envs import get_suite
 from harness_r1.harness import spread
 from harness_r1.sandbox import (
-    BASE,
+    BASE_INCUMBENT,
     WORKER_EVENTS,
     CanaryBatch,
     CanaryConfig,
@@ -77,7 +77,7 @@ def load_candidates(paths: list[Path], env: str) -> list[Candidate]:
 def load_incumbent(paths: list[Path], env: str) -> Incumbent:
     """`--on` files as the incumbent's chain (oldest first); the base harness when none."""
     if not paths:
-        return BASE
+        return BASE_INCUMBENT
     links = [
         Link(link_id, load_patch_file(path, env=env))
         for path, link_id in zip(paths, _unique_ids(paths), strict=True)

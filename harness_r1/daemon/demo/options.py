@@ -13,7 +13,6 @@ from harness_r1.daemon.store import CandidateRow
 
 #: The demo fleet's pool (release target).
 FLEET = "demo-fleet"
-BASE = "base"
 #: The gate's fewest batch tasks and the live guard's fewest episodes per arm in the demo (the
 #: daemon's defaults are 8 and 20): demo-sized, printed with the result.
 DEMO_MIN_BATCH = 2

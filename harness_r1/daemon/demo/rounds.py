@@ -28,11 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness_r1.contracts import Trajectory, format_share
+from harness_r1.contracts import BASE_HARNESS, Trajectory, format_share
 from harness_r1.daemon.demo.fleet import Fleet
 from harness_r1.daemon.demo.narration import CanaryRelay, Narrator, PhaseBar
 from harness_r1.daemon.demo.options import (
-    BASE,
     FLEET,
     DemoOptions,
     GuardWatch,
@@ -221,7 +220,7 @@ class Choreography:
         promoted = [r.guard.overlay_id for r in rounds if r.guard and r.guard.state == "active"]
         if not promoted:
             return None
-        to = promoted[0] if len(promoted) > 1 else BASE
+        to = promoted[0] if len(promoted) > 1 else BASE_HARNESS
         command = [
             *harness_r1_command(),
             "--config",
@@ -255,8 +254,8 @@ class Choreography:
             propagation_s=propagation,
             agents_on=self.fleet.overlays(),
         )
-        self._wait(lambda: to == BASE or self._state(to) == "active", 10)
-        result.registry_state = "base" if to == BASE else self._state(to)
+        self._wait(lambda: to == BASE_HARNESS or self._state(to) == "active", 10)
+        result.registry_state = "base" if to == BASE_HARNESS else self._state(to)
         took = "not within the wait" if propagation is None else f"in {propagation:.1f} s"
         self.say(
             f"  the fleet runs {to} again: every agent {took} (the command took {command_s:.1f} s)"

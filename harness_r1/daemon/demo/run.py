@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.console import Console
 
+from harness_r1.contracts import BASE_HARNESS
 from harness_r1.daemon.demo.fleet import Fleet, build_fleet
 from harness_r1.daemon.demo.narration import CanaryRelay, Narrator, stderr_to
 from harness_r1.daemon.demo.options import (
-    BASE,
     DEMO_MIN_BATCH,
     DEMO_MIN_GUARD_EPISODES,
     FLEET,
@@ -164,7 +164,7 @@ def _choreograph(
     show: Choreography, options: DemoOptions, metrics_url: str, run_dir: Path
 ) -> DemoResult:
     rounds = []
-    incumbent = BASE
+    incumbent = BASE_HARNESS
     note = ""
     for number in range(1, options.rounds + 1):
         if show.left() <= 0:
