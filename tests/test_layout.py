@@ -185,3 +185,24 @@ def test_reading_the_settings_builds_no_service() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
+
+
+#: the most modules over LONG_MODULE lines the package may hold (each says why it is one)
+LONG_MODULE, MOST_LONG_MODULES = 500, 8
+
+
+def test_few_modules_are_long_and_each_says_why() -> None:
+    """A module a reader cannot hold in mind is the exception: at most MOST_LONG_MODULES of
+    them, each with a "Why one module:" in its docstring."""
+    long = {
+        str(path.relative_to(ROOT)): path
+        for path in sorted(ROOT.rglob("*.py"))
+        if path.read_text(encoding="utf-8").count("\n") > LONG_MODULE
+    }
+    assert len(long) <= MOST_LONG_MODULES, sorted(long)
+    unexplained = [
+        name
+        for name, path in long.items()
+        if "Why one module:" not in (ast.get_docstring(ast.parse(path.read_text())) or "")
+    ]
+    assert unexplained == [], unexplained

@@ -25,6 +25,10 @@ fleet keeps producing failures of the live one. Its trajectories stay in the sto
 Canary work is shared between daemon workers through the store's leased claims rather than
 a Kafka consumer group (the issue allows either): a lease gives crash recovery for free, and
 consumer-group joins cost ~23 s on tansu (DESIGN.md).
+
+Why one module: every step reads and writes the same store records in one order (claim,
+propose, canary, gate, register, release, finish); the crash-safety argument above is about
+that order, and it reads in one place.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ policy (`harness/policies/null.py`), all candidates in one lockstep run: its suc
 the harness wins without the model (`patch_alone`). It calls no model, so it costs env and hook
 time only (a fraction of a second on WebShop and DBBench batches, ~1 s a game on ALFWorld).
 `evaluate(..., patch_alone=False)` skips it (the gate's guard run: the batch answers it).
+
+Why one module: the paired design is one algorithm: the shared baseline cache, the lockstep
+run of every candidate, the merging of twins and the per-candidate scoring; its cost claim
+(n + K*n episodes) holds only for the parts together.
 """
 
 from __future__ import annotations

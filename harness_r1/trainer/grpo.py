@@ -28,6 +28,9 @@ Two ways in (the reward and the replay format live beside this module: `trainer.
 Both publish the trained adapter as the next `engineer/vNNNN/` (see `trainer.versions`), with
 metadata (parent version, groups used, mean reward, steps, wall time, tokens/s), and resume an
 interrupted run from its last checkpoint.
+
+Why one module: the two ways in share the trainer's construction, the loss settings and the
+versioned output, so online and replay GRPO stay one objective.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The nested settings groups (kafka, loop, scheduler, guard, sandbox, metrics). The loop,
-gate, guard and target fields take their defaults from the domain configs they configure."""
+gate, guard and target fields take their defaults from the domain configs they configure.
+
+Why one module: every settings group side by side, so a reader (and `config reference`) sees
+each key once, in one order, with its default, bounds and description.
+"""
 
 from __future__ import annotations
 
