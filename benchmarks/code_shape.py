@@ -13,8 +13,9 @@ What is counted, and why each figure matters:
 - imports into package internals: an import, top-level or lazy, from outside a package of
   `harness_r1` that names one of its modules rather than the package (its public API);
 - import circles: groups of modules that import each other, lazy imports included;
-- declarations per loop/gate/guard setting: the places a setting's name is declared (a
-  class field or a CLI option's parameter), at most and in all;
+- declarations per loop/gate/guard setting: the places a setting is declared under any of
+  its names (a field of a settings group, a domain config, a CLI job request, the demo's
+  options, or a CLI command's option), at most and in all;
 - tracked tree: the bytes a clone checks out.
 """
 
@@ -29,24 +30,36 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 
-#: the settings whose declarations are counted: the loop's, the gate's and the live guard's
-SETTINGS = (
-    "batch_size",
-    "batch_window_s",
-    "k",
-    "max_pending_batches",
-    "guard_limit",
-    "rollout_fraction",
-    "release_target",
-    "invalid_reward",
-    "graded_invalid",
-    "min_batch_tasks",
-    "min_guard_tasks",
-    "alpha",
-    "min_detectable_effect",
-    "min_episodes",
-    "max_episodes",
-)
+#: the loop's, the gate's and the live guard's settings, each with the names it goes by
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "loop.batch_size": ("batch_size",),
+    "loop.batch_window_s": ("batch_window_s",),
+    "loop.k": ("k",),
+    "loop.max_pending_batches": ("max_pending_batches",),
+    "loop.guard_limit": ("guard_limit",),
+    "loop.rollout_fraction": ("rollout_fraction",),
+    "loop.release_target": ("release_target",),
+    "loop.invalid_reward": ("invalid_reward",),
+    "loop.graded_invalid": ("graded_invalid",),
+    "loop.canary_lease_s": ("canary_lease_s", "lease_s"),
+    "gate.min_batch": ("gate_min_batch", "min_batch_tasks", "min_batch"),
+    "gate.min_guard": ("gate_min_guard", "min_guard_tasks", "min_guard"),
+    "gate.alpha": ("gate_alpha", "alpha@Gate"),
+    "guard.method": ("method@Guard",),
+    "guard.alpha": ("alpha@Guard",),
+    "guard.min_detectable_effect": ("min_detectable_effect",),
+    "guard.min_episodes": ("min_episodes",),
+    "guard.max_episodes": ("max_episodes@Guard",),
+    "guard.promote_probability": ("promote_probability",),
+    "guard.rollback_probability": ("rollback_probability",),
+}
+#: where such a setting can be declared: the fields of these classes (the settings groups, the
+#: domain configs, the CLI's job requests and the demo's options) and the options of the CLI's
+#: commands (parameters of functions in harness_r1/cli/, `alpha` counted as the gate's)
+DECLARING_CLASSES = (
+    "LoopOptions", "LoopConfig", "GateOptions", "GateConfig", "GuardOptions", "GuardConfig",
+    "CanaryRequest", "DemoOptions",
+)  # fmt: skip
 PRODUCT_ROOTS = ("harness_r1/", "benchmarks/", "deploy/", "ops/")
 ROOT_PACKAGE = "harness_r1"
 
@@ -156,22 +169,34 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def declared_names(tree: ast.AST) -> Iterator[str]:
-    """Class-level annotated fields and parameters with a default: where a setting is
-    declared (a config field, a settings field, a CLI option)."""
+def declared_names(tree: ast.AST, cli: bool) -> Iterator[str]:
+    """Fields of the declaring classes, as `name@Class`, and, in the CLI, command options with
+    a default, as `name@cli`."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.ClassDef) and node.name in DECLARING_CLASSES:
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    yield stmt.target.id
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield f"{stmt.target.id}@{node.name}"
+        elif cli and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args
             positional = args.posonlyargs + args.args
             with_default = positional[len(positional) - len(args.defaults) :]
-            keyword = [
-                a for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
-            ]
-            yield from (a.arg for a in [*with_default, *keyword])
+            pairs = zip(args.kwonlyargs, args.kw_defaults, strict=True)
+            keyword = [a for a, d in pairs if d is not None]
+            yield from (f"{a.arg}@cli" for a in [*with_default, *keyword])
+
+
+def setting_of(declared: str) -> str | None:
+    """The setting a declaration `name@Where` declares, None when it is none of them."""
+    name, where = declared.split("@", 1)
+    if where == "cli" and name == "alpha":
+        where = "Gate"
+    for setting, aliases in SETTINGS.items():
+        for alias in aliases:
+            alias_name, _, scope = alias.partition("@")
+            if alias_name == name and (not scope or where.startswith(scope)):
+                return setting
+    return None
 
 
 def measure(revision: str) -> Shape:
@@ -196,9 +221,10 @@ def measure(revision: str) -> Shape:
         internal += sum(into_internals(importer, t, packages) for t in targets)
         if path in ours:
             graph[importer] = {t for t in targets if t in modules and t != importer}
-            for name in declared_names(tree):
-                if name in declarations:
-                    declarations[name] += 1
+            for declared in declared_names(tree, cli=path.startswith(ROOT_PACKAGE + "/cli/")):
+                setting = setting_of(declared)
+                if setting is not None:
+                    declarations[setting] += 1
     largest = max(lines, key=lambda p: lines[p])
     benchmarks_md = next((show(revision, p) for p, _ in files if p == "BENCHMARKS.md"), "")
     return Shape(

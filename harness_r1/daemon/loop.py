@@ -145,8 +145,8 @@ class ImprovementLoop:
         self.promoter = Promoter(
             registry,
             publisher,
-            self.config.release_target,
-            self.config.rollout_fraction,
+            self.config.options.release_target,
+            self.config.options.rollout_fraction,
             DAEMON_ACTOR,
         )
 
@@ -163,12 +163,12 @@ class ImprovementLoop:
         """Seal ready failure buffers into batches, within the back-pressure bound."""
         now = now or datetime.now(UTC)
         sealed = 0
-        while self.store.pending_batches() < self.config.max_pending_batches:
+        while self.store.pending_batches() < self.config.options.max_pending_batches:
             ready = [b for b in self.store.open_buffers() if self._ready(b.size, b.oldest_at, now)]
             if not ready:
                 break
             info = min(ready, key=lambda b: b.oldest_at)
-            if self.store.seal_batch(info.key, self.config.batch_size) is None:
+            if self.store.seal_batch(info.key, self.config.options.batch_size) is None:
                 break
             sealed += 1
             self.metrics.batch("sealed")
@@ -183,7 +183,7 @@ class ImprovementLoop:
         for info in self.store.open_buffers():
             if info.key.env != env or info.key.harness_version != harness_version:
                 continue
-            batch_id = self.store.seal_batch(info.key, self.config.batch_size)
+            batch_id = self.store.seal_batch(info.key, self.config.options.batch_size)
             if batch_id is not None:
                 sealed.append(batch_id)
                 self.metrics.batch("sealed")
@@ -191,14 +191,15 @@ class ImprovementLoop:
 
     def _ready(self, size: int, oldest_at: datetime, now: datetime) -> bool:
         age = (now - oldest_at).total_seconds()
-        return size >= self.config.batch_size or (size > 0 and age >= self.config.batch_window_s)
+        options = self.config.options
+        return size >= options.batch_size or (size > 0 and age >= options.batch_window_s)
 
     # -- canary work ---------------------------------------------------------------------------
 
     def work_once(self, worker: str) -> BatchOutcome | None:
         """Claim one batch, process it, finish it. None when no batch was waiting."""
         batch = self.store.claim_batch(
-            worker, self.config.lease_s, max_attempts=self.config.max_attempts
+            worker, self.config.options.canary_lease_s, max_attempts=self.config.max_attempts
         )
         if batch is None:
             return None
@@ -257,8 +258,8 @@ class ImprovementLoop:
         done = threading.Event()
 
         def beat() -> None:
-            while not done.wait(self.config.lease_s / 3):
-                if not self.store.renew_lease(batch_id, worker, self.config.lease_s):
+            while not done.wait(self.config.options.canary_lease_s / 3):
+                if not self.store.renew_lease(batch_id, worker, self.config.options.canary_lease_s):
                     log.warning("lease_lost", batch_id=batch_id)
                     return
 
@@ -283,7 +284,7 @@ class ImprovementLoop:
 
     def incumbent(self, env: str) -> Incumbent:
         """The pool's live overlay for `env` with its chain, or the base harness."""
-        return incumbent_of(self.registry, self.config.release_target, env)
+        return incumbent_of(self.registry, self.config.options.release_target, env)
 
     def process(self, batch: Batch) -> BatchOutcome:
         incumbent = self.incumbent(batch.key.env)
@@ -303,7 +304,7 @@ class ImprovementLoop:
         self.metrics.packet()
         proposer = self.proposer  # one engineer for the whole batch, even across a swap
         with structlog.contextvars.bound_contextvars(packet_id=packet.packet_id):
-            samples = proposer.samples(packet, self.config.k, _seed(batch.batch_id))
+            samples = proposer.samples(packet, self.config.options.k, _seed(batch.batch_id))
             proposals = [classify(s, packet.env, i) for i, s in enumerate(samples)]
             gated = self._canary(batch, packet, trajectories, proposals, incumbent)
             _refuse_infra_errors(gated)
@@ -332,7 +333,7 @@ class ImprovementLoop:
         canary_batch = CanaryBatch(packet.env, tasks, tuple(r.seed for r in refs))
         chosen = {t.task_id for t in tasks}
         others = [t for t in self.tasks.split(packet.env, refs[0].split) if t.task_id not in chosen]
-        guard_tasks = spread(others, self.config.guard_limit)
+        guard_tasks = spread(others, self.config.options.guard_limit)
         guard_batch = None
         if guard_tasks:
             seeds = tuple(GUARD_SEED_OFFSET + i for i in range(len(guard_tasks)))
@@ -362,8 +363,8 @@ class ImprovementLoop:
         far it got when configured). No delta is no reward (None); infrastructure errors never
         get here (`_refuse_infra_errors` retries the batch first)."""
         shape = InvalidRewardShape(
-            self.config.invalid_reward,
-            graded=self.config.graded_invalid,
+            self.config.options.invalid_reward,
+            graded=self.config.options.graded_invalid,
             attribution=self.config.gate,
         )
         refused = {_cid(batch_id, p.index): p for p in proposals if not p.valid}
@@ -473,13 +474,14 @@ class ImprovementLoop:
         expired releases and run the base harness while the registry says otherwise."""
         if self.publisher is None:
             return []
-        target = self.config.release_target
+        target = self.config.options.release_target
         announced = []
         for state in (OverlayState.ACTIVE, OverlayState.CANARY):
             for record in self.registry.list(target=target, state=state):
                 fraction = 1.0
                 if state is OverlayState.CANARY:
-                    value = record.evidence.get("rollout_fraction", self.config.rollout_fraction)
+                    default = self.config.options.rollout_fraction
+                    value = record.evidence.get("rollout_fraction", default)
                     fraction = float(value)
                 self.publisher.release(
                     record.overlay_id, fraction=fraction, actor=DAEMON_ACTOR, reason="announce"
@@ -492,7 +494,7 @@ class ImprovementLoop:
     def guard_once(self) -> list[GuardDecision]:
         """Judge each overlay in canary state on live counts since its release; act if decided."""
         decided = []
-        target = self.config.release_target
+        target = self.config.options.release_target
         watched = self.registry.list(target=target, state=OverlayState.CANARY)
         for record in watched:
             control = record.parent_overlay_id or "base"

@@ -1,7 +1,10 @@
-"""The improvement loop's plain config: the one place its defaults live.
+"""The improvement loop's plain config: its settings as read, and what it takes from other groups.
 
-Kept apart from `loop.py` so the settings (and `config show`) can take their defaults from
-here without importing the loop's store, sandbox and trainer.
+The loop's settings are declared once, on the settings group `LoopOptions` (defaults, bounds,
+descriptions), and reach the loop as that object (`options`); this config adds what the loop
+gets from elsewhere: the gate (the loop's gate fields with the gate group's attribution
+limits), the live guard's config and the packet extractor's. Kept apart from `loop.py` so a
+reader of the settings need not import the loop's store, sandbox and trainer.
 """
 
 from __future__ import annotations
@@ -9,23 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness_r1.consumers import PacketConfig
+from harness_r1.daemon.settings.groups import LoopOptions
 from harness_r1.deploy import GuardConfig
 from harness_r1.sandbox import GateConfig
 
 
 @dataclass(frozen=True)
 class LoopConfig:
-    batch_size: int = 8
-    batch_window_s: float = 300.0
-    k: int = 4
-    max_pending_batches: int = 16
-    guard_limit: int = 20
-    rollout_fraction: float = 0.5
-    release_target: str = "default"
-    invalid_reward: float = 0.0
-    graded_invalid: bool = False  # trainer.shaping: grade invalid rewards, charge hook faults
+    options: LoopOptions = field(default_factory=LoopOptions)
     max_attempts: int = 3
-    lease_s: float = 600.0
     gate: GateConfig = field(default_factory=GateConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     packet: PacketConfig = field(default_factory=PacketConfig)

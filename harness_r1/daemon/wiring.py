@@ -46,7 +46,6 @@ from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.tasks import TaskIndex
 from harness_r1.deploy import (
     DeployMetrics,
-    GuardConfig,
     Keyring,
     OverlayRegistry,
     Publisher,
@@ -282,19 +281,11 @@ def kafka_settings(settings: Settings) -> KafkaSettings:
 
 
 def loop_config(settings: Settings) -> LoopConfig:
-    """The improvement loop's plain config from the loop and guard settings."""
-    loop_options, guard_options = settings.loop, settings.guard
+    """The improvement loop's plain config: the loop's settings as read, the gate from the
+    loop's gate fields and the gate group's limits, the guard's settings as its config."""
+    loop_options = settings.loop
     return LoopConfig(
-        batch_size=loop_options.batch_size,
-        batch_window_s=loop_options.batch_window_s,
-        k=loop_options.k,
-        max_pending_batches=loop_options.max_pending_batches,
-        guard_limit=loop_options.guard_limit,
-        rollout_fraction=loop_options.rollout_fraction,
-        release_target=loop_options.release_target,
-        invalid_reward=loop_options.invalid_reward,
-        graded_invalid=loop_options.graded_invalid,
-        lease_s=loop_options.canary_lease_s,
+        options=loop_options,
         gate=settings.gate.applied_to(
             GateConfig(
                 min_batch_tasks=loop_options.gate_min_batch,
@@ -302,15 +293,7 @@ def loop_config(settings: Settings) -> LoopConfig:
                 alpha=loop_options.gate_alpha,
             )
         ),
-        guard=GuardConfig(
-            method=guard_options.method,
-            alpha=guard_options.alpha,
-            min_detectable_effect=guard_options.min_detectable_effect,
-            min_episodes=guard_options.min_episodes,
-            max_episodes=guard_options.max_episodes,
-            promote_probability=guard_options.promote_probability,
-            rollback_probability=guard_options.rollback_probability,
-        ),
+        guard=settings.guard,
     )
 
 

@@ -30,36 +30,83 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import ConfigDict, Field
 
 from harness_r1.contracts import OriginCounts, Trajectory
 
 
 @dataclass(frozen=True)
 class GuardConfig:
-    method: Literal["msprt", "bayes"] = "msprt"
-    min_episodes: int = 20
-    max_episodes: int = 400
+    """The live guard after a staged release (see harness_r1/deploy/guard.py for the rule).
+
+    The one declaration of the guard's settings: the daemon's settings group `guard` is this
+    class (pydantic reads the descriptions; `__post_init__` says what is out of bounds), so a
+    default or a bound is written here and nowhere else. The Beta prior of `bayes` is no
+    setting: `judge` takes it (flat by default)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
+    method: Annotated[
+        Literal["msprt", "bayes"],
+        Field(
+            description="msprt: an always-valid sequential test (wrong verdicts on equal arms "
+            "at most `alpha` however often it looks); bayes: the older posterior-probability "
+            "rule."
+        ),
+    ] = "msprt"
     # msprt: the chance that equal arms get any verdict (rollback or promotion), however often
     # the guard looks; and the effect size (absolute success rate) it is tuned to find fastest
-    alpha: float = 0.05
-    min_detectable_effect: float = 0.2
+    alpha: Annotated[
+        float,
+        Field(
+            description="msprt: the chance that an overlay as good as its control is promoted "
+            "or rolled back anyway (both together)."
+        ),
+    ] = 0.05
+    min_detectable_effect: Annotated[
+        float,
+        Field(
+            description="msprt: the success-rate difference the test is tuned to find fastest "
+            "(0.2 = 20 points); smaller ones are found too, with more episodes."
+        ),
+    ] = 0.2
+    min_episodes: Annotated[
+        int, Field(description="Episodes per arm before the guard may decide.")
+    ] = 20
+    max_episodes: Annotated[
+        int,
+        Field(
+            description="Episodes per arm after which an undecided release is rolled back "
+            "(inconclusive is not promoted)."
+        ),
+    ] = 400
     # 0.99, not 0.95: the test is re-run after every episode, and with 0.95 a fleet where
     # both arms are equal was wrongly rolled back 23% of the time (0.99: 9.5%; 200 simulated
     # fleets, tests/deploy/test_guard.py), while 30% vs 60% is still caught every time.
-    promote_probability: float = 0.99
-    rollback_probability: float = 0.99
-    prior_successes: int = 1
-    prior_failures: int = 1
+    promote_probability: Annotated[
+        float,
+        Field(
+            description="bayes: P(new > control) that promotes; the test re-runs after every "
+            "batch, so keep it high (0.95 rolled back equal arms 23% of the time)."
+        ),
+    ] = 0.99
+    rollback_probability: Annotated[
+        float, Field(description="bayes: P(new < control) that rolls back.")
+    ] = 0.99
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_episodes <= self.max_episodes:
+        if self.min_episodes < 1:
             raise ValueError("need 1 <= min_episodes <= max_episodes (episodes per arm)")
+        if self.max_episodes < self.min_episodes:
+            raise ValueError(
+                f"max_episodes={self.max_episodes} is below min_episodes={self.min_episodes}; "
+                "make max_episodes >= min_episodes (e.g. 20 and 400)"
+            )
         for name in ("promote_probability", "rollback_probability"):
             if not 0.5 < getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in (0.5, 1)")
-        if self.prior_successes < 1 or self.prior_failures < 1:
-            raise ValueError("the Beta prior needs integer parameters >= 1")
         if self.method not in ("msprt", "bayes"):
             raise ValueError(f"method must be msprt or bayes, got {self.method!r}")
         if not 0.0 < self.alpha < 0.5:
@@ -81,6 +128,8 @@ def probability_better(
 
     Closed form (Evan Miller, "Formulas for Bayesian A/B testing"): a finite sum of Beta
     function ratios, evaluated in log space so thousands of episodes stay stable."""
+    if min(prior) < 1:
+        raise ValueError("the Beta prior needs integer parameters >= 1")
     a_new = successes_new + prior[0]
     b_new = episodes_new - successes_new + prior[1]
     a_old = successes_old + prior[0]
@@ -227,9 +276,11 @@ def judge(
     new: tuple[int, int],
     old: tuple[int, int],
     config: GuardConfig,
+    prior: tuple[int, int] = (1, 1),
 ) -> GuardDecision:
     """The verdict from (episodes, successes) per arm: what the daemon calls with counts read
-    from its store, and what LiveGuard calls with the trajectories it observed."""
+    from its store, and what LiveGuard calls with the trajectories it observed (`prior`: the
+    Beta prior of `bayes`, (successes, failures))."""
     p_value: float | None = None
     verdict, reason = Verdict.CONTINUE, ""
     enough = min(new[0], old[0]) >= config.min_episodes
@@ -244,7 +295,6 @@ def judge(
             verdict = Verdict.PROMOTE if ahead else Verdict.ROLLBACK
             reason = "" if ahead else "live_guard"
     else:
-        prior = (config.prior_successes, config.prior_failures)
         p_better = probability_better(new[1], new[0], old[1], old[0], prior)
         # continuous posteriors: P(new == old) is 0, so P(old better) is the complement
         if enough:

@@ -24,6 +24,7 @@ from daemon_rig import (
 from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.daemon.loop import ImprovementLoop, TaskIndex
 from harness_r1.daemon.loop_config import LoopConfig
+from harness_r1.daemon.settings import LoopOptions
 from harness_r1.daemon.store import StateStore, ingest_item
 from harness_r1.deploy.publisher import Publisher
 from harness_r1.deploy.registry import OverlayRegistry
@@ -53,13 +54,14 @@ def build(tmp_path: Path, proposer, **config):  # type: ignore[no-untyped-def]
     )
     defaults = {"batch_size": 12, "k": 3, "guard_limit": 20, "release_target": "shop"}
     defaults.update(config)
+    max_attempts = defaults.pop("max_attempts", LoopConfig.max_attempts)
     loop = ImprovementLoop(
         store,
         registry,
         proposer,
         canary_for,
         TaskIndex(data_root()),
-        LoopConfig(**defaults),
+        LoopConfig(options=LoopOptions(**defaults), max_attempts=max_attempts),
         publisher,
     )
     return loop, store, registry, sent

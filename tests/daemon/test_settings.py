@@ -195,10 +195,10 @@ def test_graded_invalid_rewards_reach_the_loop_and_need_a_penalty(
     with pytest.raises(SettingsError, match="set a negative loop.invalid_reward"):
         load_settings(None)  # with 0 nothing would be graded
     clean_env.setenv("HARNESS_R1_LOOP__INVALID_REWARD", "-0.25")
-    config = loop_config(load_settings(None))
-    assert config.graded_invalid and config.invalid_reward == -0.25
+    options = loop_config(load_settings(None)).options
+    assert options.graded_invalid and options.invalid_reward == -0.25
     clean_env.delenv("HARNESS_R1_LOOP__GRADED_INVALID")
-    assert not loop_config(load_settings(None)).graded_invalid  # the paper's flat reward
+    assert not loop_config(load_settings(None)).options.graded_invalid  # the paper's flat reward
 
 
 def test_cron_accepts_crontab_and_null() -> None:
@@ -315,3 +315,20 @@ def test_the_gate_profile_selects_the_attribution_limits(
     assert mixed.gate.limits() == {"max_forced_share": 0.25, "max_patch_alone_success": 0.0}
     with pytest.raises(SettingsError, match="gate.profile"):
         load_settings(write_yaml(tmp_path / "bad.yaml", {"gate": {"profile": "strict"}}))
+
+
+def test_the_guard_group_is_the_guards_own_config(clean_env: pytest.MonkeyPatch) -> None:
+    """The guard's settings are declared once, on `deploy.GuardConfig`: the settings group is
+    that class, an unknown key in it is named like any other, and the loop gets it as is."""
+    from harness_r1.daemon.wiring import loop_config
+    from harness_r1.deploy import GuardConfig
+
+    settings = Settings(guard={"min_episodes": 30})
+    assert type(settings.guard) is GuardConfig and settings.guard.min_episodes == 30
+    assert loop_config(settings).guard is settings.guard
+    clean_env.setenv("HARNESS_R1_GUARD__MIN_EPISODE", "30")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(None)
+    problems = "\n".join(caught.value.problems)
+    assert "guard.min_episode: unknown setting; remove HARNESS_R1_GUARD__MIN_EPISODE" in problems
+    assert "known here: alpha, max_episodes, method, min_detectable_effect" in problems

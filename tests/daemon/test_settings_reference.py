@@ -10,18 +10,21 @@ from typer.testing import CliRunner
 
 from harness_r1.cli.app import app
 from harness_r1.daemon.settings import Settings
+from harness_r1.daemon.settings.errors import group_fields
 from harness_r1.daemon.settings.reference import PRODUCTION, settings_reference
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def _all_keys() -> dict[str, str]:
+    """Every setting `config show` prints (a group's keys dotted), with its description."""
     keys = {}
-    for name, info in Settings.model_fields.items():
-        group = info.annotation
-        if isinstance(group, type) and hasattr(group, "model_fields"):
-            for sub, sub_info in group.model_fields.items():
-                keys[f"{name}.{sub}"] = sub_info.description or ""
+    for name, value in Settings().masked().items():
+        info = Settings.model_fields[name]
+        if isinstance(value, dict):
+            fields = group_fields(info.annotation) or {}
+            for sub in value:
+                keys[f"{name}.{sub}"] = fields[sub].description or ""
         else:
             keys[name] = info.description or ""
     return keys

@@ -208,8 +208,7 @@ def test_probability_better_honours_an_asymmetric_prior() -> None:
     for wrong in [(1, 1), (2, 8)]:
         assert abs(expected - float(exact_probability_better(*counts, wrong))) > 0.05
     assert probability_better(*counts, prior=prior) == pytest.approx(expected, abs=1e-9)
-    config = GuardConfig(method="bayes", prior_successes=8, prior_failures=2)
-    decision = judge("new", "old", (10, 3), (12, 6), config)
+    decision = judge("new", "old", (10, 3), (12, 6), GuardConfig(method="bayes"), prior=prior)
     assert decision.p_better == pytest.approx(expected, abs=1e-9)
 
 
@@ -244,18 +243,18 @@ def test_probability_better_stays_a_probability_when_the_sum_overshoots() -> Non
 
 def test_config_accepts_its_bounds_and_says_what_is_wrong_outside_them() -> None:
     GuardConfig(min_episodes=1, max_episodes=1)  # a single episode per arm is allowed
-    GuardConfig(promote_probability=0.501, rollback_probability=0.999, prior_successes=1)
-    episodes = "^need 1 <= min_episodes <= max_episodes \\(episodes per arm\\)$"
-    for bad in [{"min_episodes": 0}, {"min_episodes": 5, "max_episodes": 4}]:
-        with pytest.raises(ValueError, match=episodes):
-            GuardConfig(**bad)
+    GuardConfig(promote_probability=0.501, rollback_probability=0.999)
+    with pytest.raises(ValueError, match="^need 1 <= min_episodes <= max_episodes"):
+        GuardConfig(min_episodes=0)
+    with pytest.raises(ValueError, match="^max_episodes=4 is below min_episodes=5; make"):
+        GuardConfig(min_episodes=5, max_episodes=4)
     for name in ("promote_probability", "rollback_probability"):
         for value in (0.5, 1.0):
             with pytest.raises(ValueError, match=f"^{name} must be in \\(0.5, 1\\)$"):
                 GuardConfig(**{name: value})  # type: ignore[arg-type]
     for prior in [(0, 1), (1, 0)]:
         with pytest.raises(ValueError, match="^the Beta prior needs integer parameters >= 1$"):
-            GuardConfig(prior_successes=prior[0], prior_failures=prior[1])
+            probability_better(3, 10, 6, 12, prior=prior)
 
 
 def test_a_fresh_guard_continues_with_nothing_counted() -> None:

@@ -29,6 +29,7 @@ from harness_r1.daemon.demo.options import (
     DemoResult,
 )
 from harness_r1.daemon.demo.rounds import Choreography
+from harness_r1.deploy import GuardConfig
 
 if TYPE_CHECKING:
     from harness_r1.daemon.settings import Settings
@@ -216,7 +217,6 @@ def demo_settings(
     phases, quick scheduler ticks."""
     from harness_r1.daemon.settings import (
         GateOptions,
-        GuardOptions,
         LoopOptions,
         MetricsOptions,
         SandboxOptions,
@@ -247,7 +247,7 @@ def demo_settings(
             release_target=FLEET,
             engineer_backend="template",
         ),
-        guard=GuardOptions(
+        guard=GuardConfig(
             # demo-sized arms (a few episodes each): the Bayesian rule, printed with the
             # result; the daemon's default is the always-valid mSPRT at alpha 0.05
             method="bayes",

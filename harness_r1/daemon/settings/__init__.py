@@ -17,7 +17,6 @@ groups and keep their names and `HARNESS_R1_<FIELD>` variables; the CLI reads th
 from harness_r1.daemon.settings.errors import ENV_PREFIX, MASK, SettingsError, describe_error
 from harness_r1.daemon.settings.groups import (
     GateOptions,
-    GuardOptions,
     KafkaOptions,
     LoopOptions,
     MetricsOptions,
@@ -32,7 +31,6 @@ __all__ = [
     "CONFIG_ENV",
     "ENV_PREFIX",
     "GateOptions",
-    "GuardOptions",
     "KafkaOptions",
     "LoopOptions",
     "MASK",

@@ -3,13 +3,15 @@ is wrong and the two places to fix it (the environment variable, the YAML key)."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any, get_args, get_type_hints
 
 from pydantic import (
     BaseModel,
     SecretStr,
 )
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 ENV_PREFIX = "HARNESS_R1_"
@@ -59,7 +61,7 @@ def describe_error(error: ErrorDetails, root: type[BaseModel]) -> str:
     dotted = ".".join(parts)
     env = ENV_PREFIX + "__".join(parts).upper()
     kind = error["type"]
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         known = ", ".join(_known_keys(root, parts[:-1])) or "none"
         return (
             f"{dotted}: unknown setting; remove {env} or {dotted} from the YAML, or fix the "
@@ -85,35 +87,44 @@ def describe_error(error: ErrorDetails, root: type[BaseModel]) -> str:
     return f"{dotted}: {message}; {hint}" if parts else f"{message}; {hint}"
 
 
-def _model_at(root: type[BaseModel], parts: Sequence[str]) -> type[BaseModel] | None:
-    model: type[BaseModel] = root
-    for part in parts:
-        field = model.model_fields.get(part)
-        group = _model_class(field.annotation) if field is not None else None
-        if group is None:
-            return None
-        model = group
-    return model
-
-
-def _group_of(root: type[BaseModel], parts: Sequence[str]) -> type[BaseModel] | None:
-    return _model_at(root, parts) if parts else None
-
-
-def _model_class(annotation: Any) -> type[BaseModel] | None:
+def group_fields(annotation: Any) -> dict[str, FieldInfo] | None:
+    """The settings of a group: a pydantic model's fields, or a domain config dataclass's (its
+    `Annotated[..., Field(...)]` metadata read as pydantic reads it, excluded fields left out),
+    None for a value that is no group."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
+        return dict(annotation.model_fields)
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        hints = get_type_hints(annotation, include_extras=True)
+        infos = {
+            field.name: FieldInfo.from_annotated_attribute(hints[field.name], field.default)
+            for field in dataclasses.fields(annotation)
+        }
+        return {name: info for name, info in infos.items() if not info.exclude}
     return None
 
 
+def _fields_at(root: type[BaseModel], parts: Sequence[str]) -> dict[str, FieldInfo] | None:
+    fields: dict[str, FieldInfo] | None = dict(root.model_fields)
+    for part in parts:
+        field = fields.get(part) if fields is not None else None
+        fields = group_fields(field.annotation) if field is not None else None
+        if fields is None:
+            return None
+    return fields
+
+
+def _group_of(root: type[BaseModel], parts: Sequence[str]) -> dict[str, FieldInfo] | None:
+    return _fields_at(root, parts) if parts else None
+
+
 def _known_keys(root: type[BaseModel], parts: Sequence[str]) -> list[str]:
-    model = _model_at(root, parts)
-    return sorted(model.model_fields) if model is not None else []
+    fields = _fields_at(root, parts)
+    return sorted(fields) if fields is not None else []
 
 
 def _is_secret(root: type[BaseModel], parts: Sequence[str]) -> bool:
-    model = _model_at(root, parts[:-1])
-    field = model.model_fields.get(parts[-1]) if model is not None and parts else None
+    fields = _fields_at(root, parts[:-1])
+    field = fields.get(parts[-1]) if fields is not None and parts else None
     if field is None:
         return False
     return field.annotation is SecretStr or SecretStr in get_args(field.annotation)

@@ -1,5 +1,8 @@
-"""The nested settings groups (kafka, loop, scheduler, guard, sandbox, metrics). The loop,
-gate, guard and target fields take their defaults from the domain configs they configure.
+"""The nested settings groups (kafka, loop, scheduler, gate, sandbox, metrics): each setting
+declared once. The loop's settings are declared here and reach the loop as they are read
+(`LoopConfig.options`); the guard's group is its domain config itself (`deploy.GuardConfig`,
+declared there); the gate and target fields take their defaults from the domain configs they
+configure.
 
 Why one module: every settings group side by side, so a reader (and `config reference`) sees
 each key once, in one order, with its default, bounds and description.
@@ -22,8 +25,6 @@ from pydantic import (
 )
 
 from harness_r1.consumers import KafkaSecurity
-from harness_r1.daemon.loop_config import LoopConfig
-from harness_r1.deploy import GuardConfig
 from harness_r1.harness import RunConfig
 from harness_r1.harness.policies import SamplingConfig
 from harness_r1.sandbox import GATE_PROFILES, GateConfig, SandboxConfig
@@ -194,20 +195,18 @@ class LoopOptions(_Group):
     candidate patches per packet, each is canaried and gated, winners are released."""
 
     batch_size: int = Field(
-        default=LoopConfig.batch_size,
+        default=8,
         ge=1,
         description="B: failures per batch; a full batch becomes a packet.",
     )
     batch_window_s: float = Field(
-        default=LoopConfig.batch_window_s,
+        default=300.0,
         gt=0,
         description="T: seconds a batch stays open; a batch closes at B failures or after T.",
     )
-    k: int = Field(
-        default=LoopConfig.k, ge=1, description="K: candidate patches the engineer samples."
-    )
+    k: int = Field(default=4, ge=1, description="K: candidate patches the engineer samples.")
     max_pending_batches: int = Field(
-        default=LoopConfig.max_pending_batches,
+        default=16,
         ge=1,
         description="Back-pressure bound: closed batches waiting for canaries; at the bound "
         "the consumer pauses instead of buffering without limit.",
@@ -224,7 +223,7 @@ class LoopOptions(_Group):
         "manager's stop timeout: systemd's TimeoutStopSec=45s).",
     )
     canary_lease_s: float = Field(
-        default=LoopConfig.lease_s,
+        default=600.0,
         gt=0,
         description="How long a canary worker owns a work item before another may take it.",
     )
@@ -278,20 +277,20 @@ class LoopOptions(_Group):
         description="Past exchanges the target sees in its prompt.",
     )
     guard_limit: int = Field(
-        default=LoopConfig.guard_limit,
+        default=20,
         ge=0,
         description="Tasks in the gate's guard set (tasks that already succeed, re-run to "
         "catch regressions).",
     )
     rollout_fraction: float = Field(
-        default=LoopConfig.rollout_fraction,
+        default=0.5,
         gt=0,
         lt=1,
         description="Share of the pool's agents a staged release goes to; the rest are the "
         "live guard's control cohort, so it must stay below 1.",
     )
     release_target: str = Field(
-        default=LoopConfig.release_target,
+        default="default",
         min_length=1,
         description="Agent pool the releases are for.",
     )
@@ -317,13 +316,13 @@ class LoopOptions(_Group):
         description="Frozen target: tokens generated per decision (canary).",
     )
     invalid_reward: float = Field(
-        default=LoopConfig.invalid_reward,
+        default=0.0,
         le=0,
         description="GRPO reward of a stored candidate that does not parse or check (the "
         "paper's flat reward; a negative value makes validity itself learnable).",
     )
     graded_invalid: bool = Field(
-        default=LoopConfig.graded_invalid,
+        default=False,
         description="Grade invalid_reward by how far a candidate got and charge hook faults a "
         "little (trainer.shaping), as `train grpo online --graded-invalid` does.",
     )
@@ -412,63 +411,6 @@ def _check_crontab(value: str) -> None:
         CronTrigger.from_crontab(value)
     except ValueError as err:
         raise ValueError(f"{value!r} is not crontab syntax ({err}): {hint}") from err
-
-
-class GuardOptions(_Group):
-    """The live guard after a staged release (see harness_r1/deploy/guard.py for the rule)."""
-
-    method: Literal["msprt", "bayes"] = Field(
-        default=GuardConfig.method,
-        description="msprt: an always-valid sequential test (wrong verdicts on equal arms at "
-        "most `alpha` however often it looks); bayes: the older posterior-probability rule.",
-    )
-    alpha: float = Field(
-        default=GuardConfig.alpha,
-        gt=0,
-        lt=0.5,
-        description="msprt: the chance that an overlay as good as its control is promoted or "
-        "rolled back anyway (both together).",
-    )
-    min_detectable_effect: float = Field(
-        default=GuardConfig.min_detectable_effect,
-        gt=0,
-        le=1,
-        description="msprt: the success-rate difference the test is tuned to find fastest "
-        "(0.2 = 20 points); smaller ones are found too, with more episodes.",
-    )
-    min_episodes: int = Field(
-        default=GuardConfig.min_episodes,
-        ge=1,
-        description="Episodes per arm before the guard may decide.",
-    )
-    max_episodes: int = Field(
-        default=GuardConfig.max_episodes,
-        ge=1,
-        description="Episodes per arm after which an undecided release is rolled back "
-        "(inconclusive is not promoted).",
-    )
-    promote_probability: float = Field(
-        default=GuardConfig.promote_probability,
-        gt=0.5,
-        lt=1,
-        description="bayes: P(new > control) that promotes; the test re-runs after every "
-        "batch, so keep it high (0.95 rolled back equal arms 23% of the time).",
-    )
-    rollback_probability: float = Field(
-        default=GuardConfig.rollback_probability,
-        gt=0.5,
-        lt=1,
-        description="bayes: P(new < control) that rolls back.",
-    )
-
-    @model_validator(mode="after")
-    def _episode_order(self) -> Self:
-        if self.max_episodes < self.min_episodes:
-            raise ValueError(
-                f"max_episodes={self.max_episodes} is below min_episodes={self.min_episodes}; "
-                "make max_episodes >= min_episodes (e.g. 20 and 400)"
-            )
-        return self
 
 
 GateProfile = Annotated[Literal["default", "advisory"], BeforeValidator(_lower)]

@@ -19,7 +19,6 @@ from pydantic_settings import (
 from harness_r1.daemon.settings.errors import ENV_PREFIX, SettingsError, describe_error
 from harness_r1.daemon.settings.groups import (
     GateOptions,
-    GuardOptions,
     KafkaOptions,
     LoopOptions,
     MetricsOptions,
@@ -27,6 +26,7 @@ from harness_r1.daemon.settings.groups import (
     SchedulerOptions,
 )
 from harness_r1.daemon.settings.sources import YamlSource, config_file, config_path
+from harness_r1.deploy import GuardConfig
 from harness_r1.envs import default_data_root
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Settings(BaseSettings):
         default_factory=GateOptions,
         description="Attribution limits of the promotion gate (the advisory profile).",
     )
-    guard: GuardOptions = Field(default_factory=GuardOptions, description="The live guard.")
+    guard: GuardConfig = Field(default_factory=GuardConfig, description="The live guard.")
     sandbox: SandboxOptions = Field(
         default_factory=SandboxOptions, description="The canary's hook workers."
     )

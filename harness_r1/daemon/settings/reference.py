@@ -15,7 +15,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from harness_r1.daemon.settings.errors import ENV_PREFIX
+from harness_r1.daemon.settings.errors import ENV_PREFIX, group_fields
 from harness_r1.daemon.settings.model import Settings
 
 #: Settings a production deployment must set, and why (the defaults suit a laptop).
@@ -57,18 +57,15 @@ def settings_reference() -> str:
     """The markdown reference of every setting."""
     lines = [_INTRO, "## Must be set in production", ""]
     lines += [f"- `{key}`: {why}" for key, why in PRODUCTION.items()]
-    top = [(name, f) for name, f in Settings.model_fields.items() if not _is_group(f)]
+    fields = Settings.model_fields.items()
+    top = [(name, f) for name, f in fields if group_fields(f.annotation) is None]
     lines += ["", "## Top level", "", *_table("", top)]
-    for name, info in Settings.model_fields.items():
-        if _is_group(info):
-            group: type[BaseModel] = info.annotation  # type: ignore[assignment]
+    for name, info in fields:
+        group = group_fields(info.annotation)
+        if group is not None:
             lines += ["", f"## `{name}`: {info.description or ''}", ""]
-            lines += _table(name, list(group.model_fields.items()))
+            lines += _table(name, list(group.items()))
     return "\n".join(lines) + "\n"
-
-
-def _is_group(info: FieldInfo) -> bool:
-    return isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
 
 
 def _table(group: str, fields: list[tuple[str, FieldInfo]]) -> list[str]:
