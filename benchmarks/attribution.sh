@@ -14,9 +14,9 @@ R=benchmarks/results/engineer_value
 TARGET=${TARGET:-smollm2}
 COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0 --policy $TARGET"
 mkdir -p runs
-$HR canary --env webshop --split fixed_heldout --limit 20 --max-steps 6 $COMMON \
+$HR canary --env webshop --split fixed_heldout --limit 20 --guard-limit 0 --max-steps 6 $COMMON \
   --patch $R/webshop-incumbent.txt --out runs/who-webshop-incumbent.json
-$HR canary --env dbbench --split dev --limit 20 --max-steps 6 $COMMON \
+$HR canary --env dbbench --split dev --limit 20 --guard-limit 0 --max-steps 6 $COMMON \
   --patch $R/dbbench-incumbent.txt --out runs/who-dbbench-incumbent.json
-$HR canary --env alfworld --split valid_seen --limit 20 --max-steps 6 $COMMON \
+$HR canary --env alfworld --split valid_seen --limit 20 --guard-limit 0 --max-steps 6 $COMMON \
   --patch $R/alfworld-incumbent.txt --out runs/who-alfworld-incumbent.json

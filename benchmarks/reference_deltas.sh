@@ -13,9 +13,9 @@ P=harness_r1/sandbox/reference_patches
 TARGET=${TARGET:-smollm2}
 COMMON="--seed 0 --history-turns 3 --max-new-tokens 64 --lockstep 10 --guard-limit 0 --policy $TARGET"
 mkdir -p runs
-$HR canary --env alfworld --split valid_seen --limit 30 --max-steps 20 --prefix-cache $COMMON \
+$HR canary --env alfworld --split valid_seen --limit 30 --guard-limit 0 --max-steps 20 --prefix-cache $COMMON \
   --patch $P/alfworld_explorer.patch --out runs/ref-alfworld.json
-$HR canary --env dbbench --split dev --limit 20 --max-steps 6 $COMMON \
+$HR canary --env dbbench --split dev --limit 20 --guard-limit 0 --max-steps 6 $COMMON \
   --patch $P/dbbench_lookup.patch --out runs/ref-dbbench.json
-$HR canary --env webshop --split fixed --limit 10 --max-steps 6 $COMMON \
+$HR canary --env webshop --split fixed --limit 10 --guard-limit 0 --max-steps 6 $COMMON \
   --patch $P/webshop_shopper.patch --out runs/ref-webshop.json

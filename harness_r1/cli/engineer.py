@@ -16,9 +16,13 @@ from harness_r1.cli.options import (
     TARGET_PREFIX_CACHE,
     HistoryTurns,
     LeanPrompt,
+    MinBatch,
+    MinGuard,
     OnIncumbent,
+    PacketSize,
     PrefixCache,
     TargetPolicy,
+    or_setting,
     target_spec,
 )
 from harness_r1.cli.settings import cli_settings
@@ -37,12 +41,14 @@ def engineer_evaluate(
     adapter: Annotated[
         Path | None, typer.Option(help="LoRA adapter dir of a trained engineer.")
     ] = None,
-    k: Annotated[int, typer.Option("-k", help="Proposals per packet.")] = 4,
+    k: Annotated[
+        int | None, typer.Option("-k", help="Proposals per packet (default: settings loop.k).")
+    ] = None,
     seed: Annotated[int, typer.Option()] = 0,
     temperature: Annotated[float, typer.Option()] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(help="Engineer tokens per proposal.")] = 512,
     limit_packets: Annotated[int | None, typer.Option()] = None,
-    batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    batch_size: PacketSize = None,
     max_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
     history_turns: HistoryTurns = None,
     baseline_cache: Annotated[
@@ -77,12 +83,8 @@ def engineer_evaluate(
             "regression there."
         ),
     ] = False,
-    gate_min_batch: Annotated[
-        int, typer.Option(min=1, help="The gate's least batch size (daemon default 8).")
-    ] = 8,
-    gate_min_guard: Annotated[
-        int, typer.Option(min=1, help="The gate's least guard size (daemon default 20).")
-    ] = 20,
+    gate_min_batch: MinBatch = None,
+    gate_min_guard: MinGuard = None,
     without_hook: Annotated[
         list[HookName] | None,
         typer.Option(
@@ -108,7 +110,7 @@ def engineer_evaluate(
         engineer=EngineerSpec(adapter=adapter, cache_dir=settings.cache, threads=threads),
         teacher_templates=teacher,
         heldout=HeldOutConfig(
-            k=k,
+            k=or_setting(k, settings.loop.k),
             seed=seed,
             temperature=temperature,
             max_new_tokens=max_new_tokens,
@@ -120,7 +122,7 @@ def engineer_evaluate(
         ),
         out=out,
         limit_packets=limit_packets,
-        batch_size=batch_size,
+        batch_size=or_setting(batch_size, settings.loop.batch_size),
         target=target_spec(
             settings,
             history_turns,
@@ -131,7 +133,10 @@ def engineer_evaluate(
         ),
         baseline_cache=baseline_cache,
         on=list(on or []),
-        gate=GateConfig(min_batch_tasks=gate_min_batch, min_guard_tasks=gate_min_guard)
+        gate=GateConfig(
+            min_batch_tasks=or_setting(gate_min_batch, settings.loop.gate_min_batch),
+            min_guard_tasks=or_setting(gate_min_guard, settings.loop.gate_min_guard),
+        )
         if gate
         else None,
     )
@@ -148,7 +153,9 @@ def engineer_evaluate(
 @engineer_app.command("propose")
 def engineer_propose(
     packet: Path,
-    k: Annotated[int, typer.Option("-k", help="Candidates to sample.")] = 4,
+    k: Annotated[
+        int | None, typer.Option("-k", help="Candidates to sample (default: settings loop.k).")
+    ] = None,
     backend: Annotated[
         str, typer.Option(help="smollm2 | openai | vllm | a checkpoint dir | template")
     ] = "smollm2",
@@ -168,6 +175,7 @@ def engineer_propose(
     from harness_r1.trainer import proposals_json, propose_command
 
     settings = cli_settings()
+    k = or_setting(k, settings.loop.k)
     if backend == "template":
         from harness_r1.trainer import TeacherConfig, TemplateTeacher, load_packet
 

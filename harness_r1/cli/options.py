@@ -28,6 +28,16 @@ MinBatch = Annotated[
     int | None,
     typer.Option(help="Minimum batch tasks to promote (default: settings loop.gate_min_batch)."),
 ]
+GuardLimit = Annotated[
+    int | None,
+    typer.Option(
+        help="Guard tasks, others of the split (default: settings loop.guard_limit; 0: none)."
+    ),
+]
+PacketSize = Annotated[
+    int | None,
+    typer.Option(help="Trajectories per packet (default: settings loop.batch_size)."),
+]
 MinGuard = Annotated[
     int | None,
     typer.Option(help="Minimum guard tasks to promote (default: settings loop.gate_min_guard)."),

@@ -112,6 +112,7 @@ def demo(
             env=env,
             split=split,
             patches=[REFERENCE_DIR / f"{patches[env]}.patch"],
+            guard_limit=0,  # a quick look: the gate sees no guard set here
             limit=limit,
             target=TargetSpec(
                 max_steps=max_steps or 12,

@@ -16,6 +16,7 @@ from harness_r1.cli.options import (
     HistoryTurns,
     LeanPrompt,
     OnIncumbent,
+    PacketSize,
     PrefixCache,
     TargetPolicy,
     TargetTokens,
@@ -35,12 +36,15 @@ def coldstart(
     out: Annotated[
         Path, typer.Option(help="Output dir: dataset.jsonl, rejected.jsonl, stats.json")
     ],
-    k: Annotated[int, typer.Option("-k", help="Teacher proposals per packet.")] = 4,
+    k: Annotated[
+        int | None,
+        typer.Option("-k", help="Teacher proposals per packet (default: settings loop.k)."),
+    ] = None,
     limit_packets: Annotated[int | None, typer.Option()] = None,
     max_steps: Annotated[int | None, typer.Option()] = None,
     history_turns: HistoryTurns = None,
     seed: Annotated[int, typer.Option()] = 0,
-    batch_size: Annotated[int, typer.Option(help="Trajectories per packet.")] = 8,
+    batch_size: PacketSize = None,
     max_new_tokens: TargetTokens = None,
     baseline_cache: Annotated[
         Path | None, typer.Option(help="Keep canary baselines here across runs.")
@@ -66,10 +70,10 @@ def coldstart(
         env=env,
         split=split,
         out_dir=out,
-        k=k,
+        k=or_setting(k, settings.loop.k),
         limit_packets=limit_packets,
         seed=seed,
-        batch_size=batch_size,
+        batch_size=or_setting(batch_size, settings.loop.batch_size),
         baseline_cache=baseline_cache,
         target=target_spec(
             settings,
@@ -313,7 +317,10 @@ def grpo_online(
     adapter: Adapter = None,
     max_steps: MaxSteps = 20,
     num_iterations: Iterations = 2,
-    k: Annotated[int, typer.Option("-k", help="Completions per packet.")] = 4,
+    k: Annotated[
+        int | None,
+        typer.Option("-k", help="Completions per packet (default: settings loop.k)."),
+    ] = None,
     target_steps: Annotated[int | None, typer.Option(help="Canary step limit.")] = None,
     history_turns: HistoryTurns = None,
     threads: Threads = None,
@@ -322,18 +329,24 @@ def grpo_online(
     ] = 512,
     learning_rate: LearningRate = 5e-5,
     invalid_reward: Annotated[
-        float, typer.Option(max=0.0, help="Reward of a patch that does not parse or check.")
-    ] = 0.0,
+        float | None,
+        typer.Option(
+            max=0.0,
+            help="Reward of a patch that does not parse or check (default: settings "
+            "loop.invalid_reward).",
+        ),
+    ] = None,
     micro_batch: MicroBatch = None,
     prefix_cache: PrefixCache = TARGET_PREFIX_CACHE,
     temperature: Annotated[float, typer.Option(help="The engineer's sampling temperature.")] = 1.0,
     graded_invalid: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             help="Grade the invalid reward by how far a patch got, and charge hook faults a "
-            "little (trainer.shaping); off = the paper's flat reward."
+            "little (trainer.shaping); off = the paper's flat reward (default: settings "
+            "loop.graded_invalid)."
         ),
-    ] = False,
+    ] = None,
     lean_prompt: LeanPrompt = False,
     policy: TargetPolicy = DEFAULT_TARGET,
     stop_after_minutes: Annotated[
@@ -375,12 +388,12 @@ def grpo_online(
     grpo_settings = GrpoSettings(
         output_root=out,
         max_steps=max_steps,
-        num_generations=k,
+        num_generations=or_setting(k, settings.loop.k),
         num_iterations=num_iterations,
         threads=threads,
         max_completion_length=max_completion_length,
         learning_rate=learning_rate,
-        invalid_reward=invalid_reward,
+        invalid_reward=or_setting(invalid_reward, settings.loop.invalid_reward),
         micro_batch=micro_batch,
         temperature=temperature,
         stop_after_s=None if stop_after_minutes is None else stop_after_minutes * 60,
@@ -392,7 +405,10 @@ def grpo_online(
     # gate.profile reaches the reward: under attribution limits a solver earns the refusal's
     attribution = settings.gate.applied_to(GateConfig()) if settings.gate.limits() else None
     reward = CanaryReward(
-        resolver, invalid_reward=invalid_reward, graded=graded_invalid, attribution=attribution
+        resolver,
+        invalid_reward=or_setting(invalid_reward, settings.loop.invalid_reward),
+        graded=or_setting(graded_invalid, settings.loop.graded_invalid),
+        attribution=attribution,
     )
     try:
         result = train_grpo_online(

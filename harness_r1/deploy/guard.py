@@ -30,90 +30,72 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Literal
 
 from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from harness_r1.contracts import OriginCounts, Trajectory
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class GuardConfig:
     """The live guard after a staged release (see harness_r1/deploy/guard.py for the rule).
 
     The one declaration of the guard's settings: the daemon's settings group `guard` is this
-    class (pydantic reads the descriptions; `__post_init__` says what is out of bounds), so a
-    default or a bound is written here and nowhere else. The Beta prior of `bayes` is no
-    setting: `judge` takes it (flat by default)."""
+    class (a pydantic dataclass: defaults, bounds and descriptions are read from its fields,
+    and checked wherever it is built), so a default or a bound is written here and nowhere
+    else. The Beta prior of `bayes` is no setting: `judge` takes it (flat by default)."""
 
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
-
-    method: Annotated[
-        Literal["msprt", "bayes"],
-        Field(
-            description="msprt: an always-valid sequential test (wrong verdicts on equal arms "
-            "at most `alpha` however often it looks); bayes: the older posterior-probability "
-            "rule."
-        ),
-    ] = "msprt"
+    method: Literal["msprt", "bayes"] = Field(
+        default="msprt",
+        description="msprt: an always-valid sequential test (wrong verdicts on equal arms at "
+        "most `alpha` however often it looks); bayes: the older posterior-probability rule.",
+    )
     # msprt: the chance that equal arms get any verdict (rollback or promotion), however often
     # the guard looks; and the effect size (absolute success rate) it is tuned to find fastest
-    alpha: Annotated[
-        float,
-        Field(
-            description="msprt: the chance that an overlay as good as its control is promoted "
-            "or rolled back anyway (both together)."
-        ),
-    ] = 0.05
-    min_detectable_effect: Annotated[
-        float,
-        Field(
-            description="msprt: the success-rate difference the test is tuned to find fastest "
-            "(0.2 = 20 points); smaller ones are found too, with more episodes."
-        ),
-    ] = 0.2
-    min_episodes: Annotated[
-        int, Field(description="Episodes per arm before the guard may decide.")
-    ] = 20
-    max_episodes: Annotated[
-        int,
-        Field(
-            description="Episodes per arm after which an undecided release is rolled back "
-            "(inconclusive is not promoted)."
-        ),
-    ] = 400
+    alpha: float = Field(
+        default=0.05,
+        gt=0,
+        lt=0.5,
+        description="msprt: the chance that an overlay as good as its control is promoted or "
+        "rolled back anyway (both together).",
+    )
+    min_detectable_effect: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="msprt: the success-rate difference the test is tuned to find fastest "
+        "(0.2 = 20 points); smaller ones are found too, with more episodes.",
+    )
+    min_episodes: int = Field(
+        default=20, ge=1, description="Episodes per arm before the guard may decide."
+    )
+    max_episodes: int = Field(
+        default=400,
+        ge=1,
+        description="Episodes per arm after which an undecided release is rolled back "
+        "(inconclusive is not promoted).",
+    )
     # 0.99, not 0.95: the test is re-run after every episode, and with 0.95 a fleet where
     # both arms are equal was wrongly rolled back 23% of the time (0.99: 9.5%; 200 simulated
     # fleets, tests/deploy/test_guard.py), while 30% vs 60% is still caught every time.
-    promote_probability: Annotated[
-        float,
-        Field(
-            description="bayes: P(new > control) that promotes; the test re-runs after every "
-            "batch, so keep it high (0.95 rolled back equal arms 23% of the time)."
-        ),
-    ] = 0.99
-    rollback_probability: Annotated[
-        float, Field(description="bayes: P(new < control) that rolls back.")
-    ] = 0.99
+    promote_probability: float = Field(
+        default=0.99,
+        gt=0.5,
+        lt=1,
+        description="bayes: P(new > control) that promotes; the test re-runs after every "
+        "batch, so keep it high (0.95 rolled back equal arms 23% of the time).",
+    )
+    rollback_probability: float = Field(
+        default=0.99, gt=0.5, lt=1, description="bayes: P(new < control) that rolls back."
+    )
 
     def __post_init__(self) -> None:
-        if self.min_episodes < 1:
-            raise ValueError("need 1 <= min_episodes <= max_episodes (episodes per arm)")
         if self.max_episodes < self.min_episodes:
             raise ValueError(
                 f"max_episodes={self.max_episodes} is below min_episodes={self.min_episodes}; "
                 "make max_episodes >= min_episodes (e.g. 20 and 400)"
-            )
-        for name in ("promote_probability", "rollback_probability"):
-            if not 0.5 < getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in (0.5, 1)")
-        if self.method not in ("msprt", "bayes"):
-            raise ValueError(f"method must be msprt or bayes, got {self.method!r}")
-        if not 0.0 < self.alpha < 0.5:
-            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
-        if not 0.0 < self.min_detectable_effect <= 1.0:
-            raise ValueError(
-                f"min_detectable_effect must be in (0, 1], got {self.min_detectable_effect}"
             )
 
 

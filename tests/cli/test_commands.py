@@ -354,11 +354,13 @@ def test_canary_options_default_to_the_settings(
     assert isinstance(runner.invoke(app, base).exception, _Stop)
     use_root_config(None)
     given = [*base, "--history-turns", "5", "--min-batch", "9", "--dtype", "bfloat16"]
+    given += ["--guard-limit", "0"]
     assert isinstance(runner.invoke(app, given).exception, _Stop)
     defaulted, explicit = seen
     assert (defaulted.target.history_turns, defaulted.target.max_new_tokens) == (2, 40)
     assert (defaulted.gate.min_batch_tasks, defaulted.gate.alpha) == (3, 0.1)
     assert defaulted.gate.min_guard_tasks == 20  # not set anywhere: the GateConfig default
+    assert (defaulted.guard_limit, explicit.guard_limit) == (20, 0)  # loop.guard_limit, else 0
     assert (explicit.target.history_turns, explicit.gate.min_batch_tasks) == (5, 9)
     assert explicit.target.max_new_tokens == 40
     assert (defaulted.target.dtype, explicit.target.dtype) == ("auto", "bfloat16")

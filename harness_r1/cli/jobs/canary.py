@@ -37,9 +37,9 @@ class CanaryRequest:
     env: str
     split: str
     patches: list[Path]
+    guard_limit: int  # the CLI's option, else the setting loop.guard_limit
     limit: int | None = 20
     seed: int = 0
-    guard_limit: int = 0
     target: TargetSpec = field(default_factory=TargetSpec)
     allow_unisolated: bool = False
     control: bool = False

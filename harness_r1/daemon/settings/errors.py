@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, get_args, get_type_hints
+from typing import Any, get_args
 
 from pydantic import (
     BaseModel,
@@ -88,18 +88,14 @@ def describe_error(error: ErrorDetails, root: type[BaseModel]) -> str:
 
 
 def group_fields(annotation: Any) -> dict[str, FieldInfo] | None:
-    """The settings of a group: a pydantic model's fields, or a domain config dataclass's (its
-    `Annotated[..., Field(...)]` metadata read as pydantic reads it, excluded fields left out),
-    None for a value that is no group."""
+    """The settings of a group: a pydantic model's fields, or a domain config's that is a
+    pydantic dataclass (`deploy.GuardConfig`), excluded fields left out; None for a value that
+    is no group."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return dict(annotation.model_fields)
-    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        hints = get_type_hints(annotation, include_extras=True)
-        infos = {
-            field.name: FieldInfo.from_annotated_attribute(hints[field.name], field.default)
-            for field in dataclasses.fields(annotation)
-        }
-        return {name: info for name, info in infos.items() if not info.exclude}
+    fields = getattr(annotation, "__pydantic_fields__", None)
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation) and fields:
+        return {name: info for name, info in fields.items() if not info.exclude}
     return None
 
 
