@@ -60,6 +60,9 @@ DECLARING_CLASSES = (
     "LoopOptions", "LoopConfig", "GateOptions", "GateConfig", "GuardOptions", "GuardConfig",
     "CanaryRequest", "DemoOptions",
 )  # fmt: skip
+#: CLI files whose options of a setting's name set another knob: `train sft`'s and `train
+#: target`'s batch_size is the optimizer's batch, not the loop's failures per packet
+OTHER_KNOBS = {("harness_r1/cli/train.py", "batch_size")}
 PRODUCT_ROOTS = ("harness_r1/", "benchmarks/", "deploy/", "ops/")
 ROOT_PACKAGE = "harness_r1"
 
@@ -170,20 +173,30 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def declared_names(tree: ast.AST, cli: bool) -> Iterator[str]:
-    """Fields of the declaring classes, as `name@Class`, and, in the CLI, command options with
-    a default, as `name@cli`."""
+    """Where a default is stated: fields of the declaring classes given a value, as
+    `name@Class`, and, in the CLI, command options whose default is not None (None: "the
+    setting's"), as `name@cli`. A field without a value only carries the setting down."""
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name in DECLARING_CLASSES:
             for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    yield f"{stmt.target.id}@{node.name}"
+                valued = isinstance(stmt, ast.AnnAssign) and not _is_none(stmt.value)
+                if valued and isinstance(stmt.target, ast.Name):  # type: ignore[union-attr]
+                    yield f"{stmt.target.id}@{node.name}"  # type: ignore[union-attr]
         elif cli and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args
             positional = args.posonlyargs + args.args
-            with_default = positional[len(positional) - len(args.defaults) :]
-            pairs = zip(args.kwonlyargs, args.kw_defaults, strict=True)
-            keyword = [a for a, d in pairs if d is not None]
-            yield from (f"{a.arg}@cli" for a in [*with_default, *keyword])
+            pairs = [
+                *zip(
+                    positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
+                ),
+                *((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d),
+            ]
+            yield from (f"{a.arg}@cli" for a, d in pairs if not _is_none(d))
+
+
+def _is_none(node: ast.expr | None) -> bool:
+    """No value, or None."""
+    return node is None or (isinstance(node, ast.Constant) and node.value is None)
 
 
 def setting_of(declared: str) -> str | None:
@@ -222,6 +235,8 @@ def measure(revision: str) -> Shape:
         if path in ours:
             graph[importer] = {t for t in targets if t in modules and t != importer}
             for declared in declared_names(tree, cli=path.startswith(ROOT_PACKAGE + "/cli/")):
+                if (path, declared.split("@")[0]) in OTHER_KNOBS and declared.endswith("@cli"):
+                    continue
                 setting = setting_of(declared)
                 if setting is not None:
                     declarations[setting] += 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness_r1.consumers import PacketConfig
-from harness_r1.daemon.settings.groups import LoopOptions
+from harness_r1.daemon.settings import LoopOptions
 from harness_r1.deploy import GuardConfig
 from harness_r1.sandbox import GateConfig
 
