@@ -57,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from harness_r1.harness.policies import BF16_FLAGS, choose_dtype, cpu_flags
+    from harness_r1.models import BF16_FLAGS, choose_dtype, cpu_flags
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -21,7 +21,8 @@ from pathlib import Path
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import spread
-from harness_r1.harness.policies import GenerationRequest, Policy, PolicySpec, build_policy
+from harness_r1.harness.policies import PolicySpec, build_policy
+from harness_r1.models import GenerationRequest, Policy
 
 HELD_OUT = (("dbbench", "dev"), ("webshop", "fixed_heldout"), ("alfworld", "valid_seen"))
 

@@ -15,7 +15,7 @@ import time
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig, spread
-from harness_r1.harness.policies import (
+from harness_r1.models import (
     PrefixCacheStore,
     SamplingConfig,
     TransformersPolicy,

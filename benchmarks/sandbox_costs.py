@@ -18,7 +18,7 @@ from harness_r1.contracts import HookCode, HookName, Patch
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import HarnessRuntime, HookSet, InProcessHooks, RunConfig, spread
-from harness_r1.harness.policies import SamplingConfig, TransformersPolicy
+from harness_r1.models import SamplingConfig, TransformersPolicy
 from harness_r1.sandbox import (
     BaselineCache,
     CanaryBatch,

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from harness_r1.harness.policies import EMBEDDED, converted_checkpoint
+from harness_r1.models import EMBEDDED, converted_checkpoint
 from harness_r1.trainer import deployed_settings, load_policy, read_rows, tokenize_row, use_bf16
 
 

@@ -25,7 +25,7 @@ from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.envs.alfworld import clear_translations
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig, spread
-from harness_r1.harness.policies import BF16_FLAGS, SamplingConfig, TransformersPolicy, cpu_flags
+from harness_r1.models import BF16_FLAGS, SamplingConfig, TransformersPolicy, cpu_flags
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def raw_speeds(policy: TransformersPolicy, context: int, rounds: int) -> dict[st
     import torch
     from transformers import DynamicCache
 
-    from harness_r1.harness.policies import left_pad_stack, row_cache
+    from harness_r1.models import left_pad_stack, row_cache
 
     model = policy.model
     ids = torch.randint(100, 40_000, (8, context))

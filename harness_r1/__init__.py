@@ -1,7 +1,8 @@
 """harness-r1: improve deployed LLM agents by editing their harness, proven on the frozen target.
 
 Subpackages, in the direction dependencies point:
-contracts -> envs -> harness -> sandbox -> trainer -> deploy -> daemon -> cli (README "Layout").
+contracts -> models -> envs -> harness -> sandbox -> trainer -> deploy -> daemon -> cli
+(README "Layout").
 exports.py: a package's public names, loaded on first use.
 """
 

@@ -181,7 +181,7 @@ def target_dtype() -> str:
     pair two arms of one format; rows measured on hosts of different formats sit in one table,
     so each says its own (the oldest rows have no field: they ran on hosts with native
     bf16)."""
-    from harness_r1.harness.policies import choose_dtype
+    from harness_r1.models import choose_dtype
 
     return choose_dtype("auto").dtype
 

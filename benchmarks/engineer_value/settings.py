@@ -153,7 +153,7 @@ def policy_name(policy_arg: str) -> str:
     policy = Path(policy_arg)
     name = "-".join(policy.parts[-2:])
     if policy.is_dir():
-        from harness_r1.harness.policies import checkpoint_version
+        from harness_r1.models import checkpoint_version
 
         name += "-" + checkpoint_version(policy)[:8]
     return re.sub(r"[^\w.-]+", "-", name).strip("-.")

@@ -97,7 +97,7 @@ LeanPrompt = Annotated[
         "without meanings, one example, the failure point's last steps): for small engineers.",
     ),
 ]
-#: the default frozen target: the deployed agent (harness/policies/deployed.py's
+#: the default frozen target: the deployed agent (models/deployed.py's
 #: DEFAULT_TARGET, named here so `--help` imports no model code; a test holds them equal)
 DEFAULT_TARGET = "smollm2-agent"
 TargetPolicy = Annotated[

@@ -216,7 +216,7 @@ def target(
         raise typer.BadParameter("give the runs and their --generations (or --from-experts)")
     from harness_r1.consumers import read_trajectories
     from harness_r1.envs import get_suite
-    from harness_r1.harness.policies import EMBEDDED
+    from harness_r1.models import EMBEDDED
     from harness_r1.trainer import (
         SftSettings,
         check_runs_of,
@@ -474,7 +474,8 @@ def _canary_runners(  # type: ignore[no-untyped-def]
     """env name -> the canary runner that rewards online completions (one shared target)."""
     from harness_r1.envs import get_suite
     from harness_r1.harness import RunConfig
-    from harness_r1.harness.policies import PolicySpec, SamplingConfig, build_policy
+    from harness_r1.harness.policies import PolicySpec, build_policy
+    from harness_r1.models import SamplingConfig
     from harness_r1.sandbox import CanaryRunner, build_canary_runner
 
     settings = cli_settings()

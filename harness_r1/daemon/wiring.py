@@ -192,7 +192,8 @@ class CanaryRunners:
     def _build(self, env: str) -> Evaluator:
         from harness_r1.envs import get_suite
         from harness_r1.harness import RunConfig
-        from harness_r1.harness.policies import PolicySpec, SamplingConfig, build_policy
+        from harness_r1.harness.policies import PolicySpec, build_policy
+        from harness_r1.models import SamplingConfig
         from harness_r1.sandbox import build_canary_runner
 
         loop = self.settings.loop

@@ -1,6 +1,7 @@
 """The harness runtime: the episode loop, the four hooks and their effects, the policies.
 
-The runtime takes a HookSet (a protocol) and never imports the sandbox.
+The runtime takes a HookSet (a protocol) and never imports the sandbox; the model it drives is
+a `harness_r1.models.Policy`.
 
 Modules:
 - context.py: The read-only snapshot a hook receives (`ctx`), built from the episode's running
@@ -16,7 +17,8 @@ Modules:
 - runtime.py: The episode loop: ONE code path for deployed agents and for the canary
 - tasks.py: Choosing tasks for a run: deterministic, spread over the split (registries list
   tasks sorted by type, so the first N would all be one type)
-- policies/: Frozen target agents (policies): the protocol and its backends
+- policies/: The runtime's policies: the target a run is built with, and the policies that run
+  no model
 """
 
 from harness_r1.harness.context import HISTORY_IN_CTX, EpisodeView

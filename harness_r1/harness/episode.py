@@ -35,7 +35,7 @@ from harness_r1.harness.effects import (
     printable,
 )
 from harness_r1.harness.hooks import HookSet
-from harness_r1.harness.policies import ChatMessage
+from harness_r1.models import ChatMessage
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from harness_r1.contracts import HookName, TaskSpec, Trajectory
 from harness_r1.harness.effects import MAX_SKILLS, MAX_SKILLS_CHARS
 from harness_r1.harness.episode import EpisodeSpec
 from harness_r1.harness.hooks import HookCall, HookSet, NoHooks
-from harness_r1.harness.policies import GenerationRequest, Policy
+from harness_r1.models import GenerationRequest, Policy
 
 CRITIQUE_SYSTEM = (
     "You review an agent's failed attempt at a task. In at most three short sentences, say "

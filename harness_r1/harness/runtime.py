@@ -40,7 +40,7 @@ from harness_r1.contracts import (
 from harness_r1.envs import INFO_SUCCESS, Env, EnvSuite
 from harness_r1.harness.context import EpisodeView
 from harness_r1.harness.episode import Episode, EpisodeSpec, PendingStep
-from harness_r1.harness.policies import ChatMessage, GenerationRequest, Policy
+from harness_r1.models import ChatMessage, GenerationRequest, Policy
 
 HARNESS_PREFIX = "[harness] "
 

@@ -58,7 +58,8 @@ from harness_r1.contracts import (
     Trajectory,
 )
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, HookSet, NoHooks
-from harness_r1.harness.policies import NullPolicy, PolicyError
+from harness_r1.harness.policies import NullPolicy
+from harness_r1.models import PolicyError
 from harness_r1.sandbox.compose import CompositionRefused, Link, compose_chain
 from harness_r1.sandbox.gate import PairedOutcome, bootstrap_delta_interval
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness_r1.envs import EnvSuite
 from harness_r1.harness import HarnessRuntime, RunConfig
-from harness_r1.harness.policies import Policy
+from harness_r1.models import Policy
 from harness_r1.sandbox.canary import BaselineCache, CanaryConfig, CanaryProgress, CanaryRunner
 from harness_r1.sandbox.executor import isolated_hooks_factory
 from harness_r1.sandbox.intake import static_validator

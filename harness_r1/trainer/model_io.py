@@ -26,7 +26,7 @@ def resolve_base(base: str | Path, cache_dir: Path | None = None) -> Path:
     """A transformers checkpoint directory: `base` itself, or an embedded model's converted
     checkpoint when `base` names one (`smollm2`: converted once from the packaged GGUF; a
     GGUF-loaded model is flagged quantized and cannot be trained)."""
-    from harness_r1.harness.policies import EMBEDDED, converted_checkpoint
+    from harness_r1.models import EMBEDDED, converted_checkpoint
 
     if isinstance(base, str) and base in EMBEDDED:
         return converted_checkpoint(EMBEDDED[base], cache_dir)
@@ -109,7 +109,7 @@ def lora_config(settings: Any) -> Any:
 def _align_eos(tokenizer: Any, model: Any) -> None:
     """Checkpoints converted before the fix (or other bases) may still disagree: align here
     too, so the Trainer never makes `<|im_start|>` the model's only eos."""
-    from harness_r1.harness.policies import align_turn_tokens
+    from harness_r1.models import align_turn_tokens
 
     align_turn_tokens(tokenizer, model)
 

@@ -52,7 +52,7 @@ def use_bf16(use_cpu: bool, cpu_bf16: bool, flags: frozenset[str] | None = None)
     if use_cpu:
         if not cpu_bf16:
             return False
-        from harness_r1.harness.policies import choose_dtype
+        from harness_r1.models import choose_dtype
 
         choice = choose_dtype("auto", flags)
         if choice.dtype != "bfloat16":

@@ -32,7 +32,7 @@ from typing import Any
 from harness_r1.contracts import TaskSpec, Trajectory
 from harness_r1.envs import EnvSuite, Expert, ExpertEpisode, StepResult
 from harness_r1.harness import EpisodeSpec, GenerationRecord, HarnessRuntime, NoHooks, RunConfig
-from harness_r1.harness.policies import Generation, GenerationRequest
+from harness_r1.models import Generation, GenerationRequest
 
 #: what the expert "says" when it has nothing to say: the episode fails and is dropped
 NO_DEMONSTRATION = "(no demonstration)"

@@ -265,8 +265,8 @@ def test_the_defaults_are_the_domain_configs_own() -> None:
     exactly the configs those modules default to."""
     from harness_r1.daemon.loop_config import LoopConfig
     from harness_r1.daemon.wiring import loop_config
-    from harness_r1.harness.policies.base import SamplingConfig
     from harness_r1.harness.runtime import RunConfig
+    from harness_r1.models.base import SamplingConfig
 
     settings = Settings()
     assert loop_config(settings) == LoopConfig()

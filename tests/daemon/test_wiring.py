@@ -13,7 +13,7 @@ from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.store import StateStore
 from harness_r1.daemon.wiring import _engineer_reloader
 from harness_r1.deploy.registry import OverlayRegistry
-from harness_r1.harness.policies.local_models import EMBEDDED, converted_checkpoint
+from harness_r1.models.local_models import EMBEDDED, converted_checkpoint
 from harness_r1.trainer.versions import publish_version, versions_dir
 
 ARTIFACTS = "engineer-artifacts"

@@ -10,8 +10,8 @@ from harness_r1.contracts import HookName, Termination, Trajectory
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, InProcessHooks, NoHooks, RunConfig
-from harness_r1.harness.policies.base import SamplingConfig
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+from harness_r1.models.base import SamplingConfig
+from harness_r1.models.transformers_backend import TransformersPolicy
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness_r1.harness.policies.base import GenerationRequest, SamplingConfig
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+from harness_r1.models.base import GenerationRequest, SamplingConfig
+from harness_r1.models.transformers_backend import TransformersPolicy
 
 pytestmark = pytest.mark.integration
 

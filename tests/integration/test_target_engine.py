@@ -10,9 +10,9 @@ from harness_r1.contracts import Trajectory
 from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
-from harness_r1.harness.policies.base import GenerationRequest, SamplingConfig
 from harness_r1.harness.policies.factory import PolicySpec, build_policy
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+from harness_r1.models.base import GenerationRequest, SamplingConfig
+from harness_r1.models.transformers_backend import TransformersPolicy
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def test_drafted_tokens_give_the_greedy_text_in_fewer_steps(
 ) -> None:
     """Prompt-lookup drafts checked by the model keep the greedy answers (and the caches cut
     back into the store: the second turns reuse them) while taking fewer forward passes."""
-    from harness_r1.harness.policies import kv_lockstep
+    from harness_r1.models import kv_lockstep
 
     steps: list[int] = []
     proposals = kv_lockstep._proposals
@@ -124,7 +124,7 @@ def test_rows_that_stop_early_leave_the_other_rows_answers_unchanged(
 ) -> None:
     """A row that hits a stop token is skipped by the attention of later steps (active_rows);
     the rows still decoding get exactly the tokens they get when nothing stops early."""
-    from harness_r1.harness.policies import kv_lockstep
+    from harness_r1.models import kv_lockstep
 
     seen: list[list[list[int]]] = []
     skipped: list[dict[str, object]] = []

@@ -17,7 +17,7 @@ from canary_rig import BATCH, LOOK_THEN_OPEN, OPEN, SUITE, TASKS, DoorEnv, patch
 from harness_r1.contracts import CandidateCost, HookCode, HookName, Patch
 from harness_r1.harness import HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.harness.policies.base import SamplingConfig
+from harness_r1.models.base import SamplingConfig
 from harness_r1.sandbox.canary import (
     BASE_INCUMBENT,
     BaselineCache,
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.usefixtures("door_env_reset")
 
 
 def test_baselines_are_shared_only_by_targets_run_the_same_way() -> None:
-    from harness_r1.harness.policies.base import SamplingConfig
-    from harness_r1.harness.policies.openai_http import OpenAIChatPolicy
+    from harness_r1.models.base import SamplingConfig
+    from harness_r1.models.openai_http import OpenAIChatPolicy
 
     def key(**kwargs: Any) -> str:
         lockstep = kwargs.pop("lockstep", 8)

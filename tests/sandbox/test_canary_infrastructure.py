@@ -16,7 +16,7 @@ from canary_rig import BATCH, OPEN, SUITE, DoorEnv, runner, validator
 from harness_r1.contracts import CandidateResult, Patch
 from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.harness.policies.base import PolicyError
+from harness_r1.models.base import PolicyError
 from harness_r1.sandbox.canary import CanaryRunner, Candidate, InfraFailure
 from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.sandbox_config import SandboxConfig

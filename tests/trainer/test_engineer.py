@@ -332,7 +332,7 @@ def test_prompt_is_deterministic(packet: FailurePacket) -> None:
 def smollm2_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from harness_r1.harness.policies.local_models import SMOLLM2, converted_checkpoint
+    from harness_r1.models.local_models import SMOLLM2, converted_checkpoint
 
     return AutoTokenizer.from_pretrained(str(converted_checkpoint(SMOLLM2)))
 

@@ -17,8 +17,8 @@ from harness_r1.daemon.settings import Settings
 from harness_r1.envs import get_suite
 from harness_r1.harness import EpisodeSpec, HarnessRuntime, NoHooks, RunConfig
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.harness.policies.base import ChatMessage
 from harness_r1.harness.tasks import spread
+from harness_r1.models.base import ChatMessage
 from harness_r1.sandbox.canary import BaselineCache, CanaryBatch, CanaryRunner, InfraFailure
 from harness_r1.sandbox.executor import IsolatedHooks
 from harness_r1.sandbox.gate import GateConfig

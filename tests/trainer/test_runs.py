@@ -126,7 +126,7 @@ def test_cpu_bf16_reaches_both_trainers_configs(
     """Mixed precision on CPU only when asked (fp32 stays the default: the committed
     engineers were trained in it), and only on a CPU that computes bf16 natively (the host's
     flags stand in for both kinds of CPU)."""
-    from harness_r1.harness.policies import cpu
+    from harness_r1.models import cpu
     from harness_r1.trainer.grpo import GrpoSettings, grpo_config
     from harness_r1.trainer.sft import SftSettings, sft_config
 

@@ -61,7 +61,7 @@ def test_failed_demonstrations_give_no_rows():
 def test_tokenised_rows_train_on_the_replies_and_their_end_of_turn_only():
     from transformers import AutoTokenizer
 
-    from harness_r1.harness.policies.local_models import SMOLLM2, converted_checkpoint
+    from harness_r1.models.local_models import SMOLLM2, converted_checkpoint
     from harness_r1.trainer.deployed_target import tokenize_row
 
     tokenizer = AutoTokenizer.from_pretrained(str(converted_checkpoint(SMOLLM2)))

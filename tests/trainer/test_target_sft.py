@@ -153,8 +153,8 @@ def test_the_tuned_target_is_a_checkpoint_the_runtime_serves(tmp_path: Path) -> 
     import torch
     from safetensors.torch import load_file
 
-    from harness_r1.harness.policies.base import GenerationRequest
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
+    from harness_r1.models.base import GenerationRequest
     from harness_r1.trainer.model_io import resolve_base
     from harness_r1.trainer.sft import SftSettings, train_sft
     from harness_r1.trainer.target_experts import write_rows

@@ -12,7 +12,7 @@ from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.consumers import PacketConfig
 from harness_r1.envs import get_suite
-from harness_r1.harness.policies import Policy
+from harness_r1.models import Policy
 from harness_r1.sandbox import BaselineCache, SandboxConfig, build_canary_runner
 from harness_r1.trainer import (
     CanaryScope,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness_r1.envs import get_suite
 from harness_r1.harness import spread
-from harness_r1.harness.policies import (
+from harness_r1.models import (
     DEPLOYED,
     ShippedAgent,
     checkpoint_version,

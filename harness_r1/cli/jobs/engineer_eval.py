@@ -24,7 +24,7 @@ from harness_r1.cli.jobs.canary import load_incumbent
 from harness_r1.cli.jobs.target import TargetSpec
 from harness_r1.consumers import read_trajectories
 from harness_r1.envs import get_suite
-from harness_r1.harness.policies import choose_dtype
+from harness_r1.models import choose_dtype
 from harness_r1.sandbox import (
     BaselineCache,
     CanaryBatch,

@@ -25,7 +25,7 @@ from harness_r1.harness import (
     spread,
     summarize,
 )
-from harness_r1.harness.policies import Policy
+from harness_r1.models import Policy
 
 
 @dataclass(frozen=True)

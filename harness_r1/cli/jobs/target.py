@@ -8,13 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness_r1.harness import RunConfig
-from harness_r1.harness.policies import (
-    DEFAULT_TARGET,
-    Policy,
-    PolicySpec,
-    SamplingConfig,
-    build_policy,
-)
+from harness_r1.harness.policies import PolicySpec, build_policy
+from harness_r1.models import DEFAULT_TARGET, Policy, SamplingConfig
 
 
 @dataclass(frozen=True)

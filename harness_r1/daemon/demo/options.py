@@ -24,7 +24,7 @@ class DemoOptions:
     """The knobs of `harness-r1 demo` (its --help lists them).
 
     The defaults are sized for 2 CPU cores and the deployed agent (SmolLM2-135M with its shipped
-    adapter, harness/policies/deployed.py): WebShop's held-out goals 40-59 (the agent trained on
+    adapter, models/deployed.py): WebShop's held-out goals 40-59 (the agent trained on
     goals 0-39), 4 agents x 2 episodes a phase (8 tasks, the same tasks and seeds in every
     phase, so the success per round is paired), 6 steps an episode, K=3 candidates, the gate's
     advisory profile (the model decides). The live guard promotes at

@@ -197,7 +197,8 @@ def _choreograph(
 
 
 def _target(options: DemoOptions, settings: Settings) -> Any:
-    from harness_r1.harness.policies import PolicySpec, SamplingConfig, build_policy
+    from harness_r1.harness.policies import PolicySpec, build_policy
+    from harness_r1.models import SamplingConfig
 
     return build_policy(
         PolicySpec(

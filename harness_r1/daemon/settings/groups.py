@@ -26,7 +26,7 @@ from pydantic import (
 
 from harness_r1.consumers import KafkaSecurity
 from harness_r1.harness import RunConfig
-from harness_r1.harness.policies import SamplingConfig
+from harness_r1.models import SamplingConfig
 from harness_r1.sandbox import GATE_PROFILES, GateConfig, SandboxConfig
 
 

@@ -1,61 +1,47 @@
-"""Frozen target agents (policies): the protocol and its backends.
+"""The runtime's policies: the target a run is built with, and the policies that run no model.
 
-Public names load on first use (`harness_r1.exports`): the lockstep decoding kernels
-(`left_pad_stack`, `row_cache`) import torch at load, and a command that never decodes never
-pays for torch.
+The model backends (transformers, the OpenAI-compatible client, the deployed agent) and the
+Policy protocol they implement live in `harness_r1.models`, which the trainer's engineers use
+too; this package picks one of them for a run (`build_policy` from a `PolicySpec`) and holds
+the policies that stand in for a model (null, scripted) or share one (shared). The protocol's
+names are re-exported here for the runtime's callers.
+
+Public names load on first use (`harness_r1.exports`): building a policy loads its backend only
+when it is called.
+
+Modules:
+- factory.py: Build a policy from a plain spec (the CLI and the daemon read settings, then call
+  this)
+- null.py: The null policy: a target that never produces a useful action (the canary's
+  patch-alone control)
+- scripted.py: A deterministic policy for tests and dry runs (a test double for a model, named as
+  such)
+- shared.py: One frozen target serving several agents at once, as an inference server does
 """
 
 from typing import TYPE_CHECKING
 
 from harness_r1.exports import lazy_exports
+from harness_r1.models import (
+    ChatMessage,
+    Generation,
+    GenerationRequest,
+    Policy,
+    PolicyError,
+    SamplingConfig,
+)
 
 if TYPE_CHECKING:
-    from harness_r1.harness.policies.backends import resolve_backend
-    from harness_r1.harness.policies.base import (
-        ChatMessage,
-        Generation,
-        GenerationRequest,
-        Policy,
-        PolicyError,
-        SamplingConfig,
-    )
-    from harness_r1.harness.policies.cpu import BF16_FLAGS, choose_dtype, cpu_flags
-    from harness_r1.harness.policies.deployed import (
-        DEFAULT_TARGET,
-        DEPLOYED,
-        ShippedAgent,
-        file_sha256,
-    )
     from harness_r1.harness.policies.factory import PolicySpec, build_policy
-    from harness_r1.harness.policies.kv_lockstep import left_pad_stack, row_cache
-    from harness_r1.harness.policies.local_models import (
-        EMBEDDED,
-        align_turn_tokens,
-        checkpoint_version,
-        converted_checkpoint,
-        turn_stop_ids,
-    )
     from harness_r1.harness.policies.null import NULL_OUTPUT, NullPolicy
-    from harness_r1.harness.policies.openai_http import ChatCompletionsClient, retryable_http_error
-    from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
     from harness_r1.harness.policies.scripted import ScriptedPolicy
     from harness_r1.harness.policies.shared import SharedPolicy
-    from harness_r1.harness.policies.transformers_backend import (
-        TransformersPolicy,
-        copy_kv_prefix,
-        crop_kv_cache,
-    )
 
 __getattr__ = lazy_exports(__name__, __file__)
 
 
 __all__ = [
-    "ChatCompletionsClient",
-    "BF16_FLAGS",
     "ChatMessage",
-    "DEFAULT_TARGET",
-    "DEPLOYED",
-    "EMBEDDED",
     "Generation",
     "GenerationRequest",
     "NULL_OUTPUT",
@@ -63,24 +49,8 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicySpec",
-    "PrefixCacheStore",
     "SamplingConfig",
     "ScriptedPolicy",
     "SharedPolicy",
-    "ShippedAgent",
-    "TransformersPolicy",
-    "align_turn_tokens",
     "build_policy",
-    "checkpoint_version",
-    "choose_dtype",
-    "converted_checkpoint",
-    "copy_kv_prefix",
-    "cpu_flags",
-    "crop_kv_cache",
-    "file_sha256",
-    "left_pad_stack",
-    "resolve_backend",
-    "retryable_http_error",
-    "row_cache",
-    "turn_stop_ids",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness_r1.harness.policies.base import Generation, GenerationRequest
+from harness_r1.models import Generation, GenerationRequest
 
 NULL_OUTPUT = "I don't know."
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from harness_r1.harness.policies.base import ChatMessage, Generation, GenerationRequest
+from harness_r1.models import ChatMessage, Generation, GenerationRequest
 
 Responder = Callable[[Sequence[ChatMessage]], str]
 

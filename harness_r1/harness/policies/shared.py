@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness_r1.harness.policies.base import Generation, GenerationRequest, Policy
+from harness_r1.models import Generation, GenerationRequest, Policy
 
 
 class PolicyStopped(RuntimeError):

@@ -19,7 +19,7 @@ def test_unknown_policy_names_the_choices(tmp_path: Path) -> None:
 
 def test_checkpoints_of_the_same_name_are_different_versions(tmp_path: Path) -> None:
     """Two tuned targets both called `tuned-v0001` must not share canary baselines."""
-    from harness_r1.harness.policies.local_models import checkpoint_version
+    from harness_r1.models.local_models import checkpoint_version
 
     versions = []
     for root, weights in (("a", b"1" * 10), ("b", b"2" * 11), ("c", b"2" * 11)):

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from harness_r1.harness.policies import ScriptedPolicy
-from harness_r1.harness.policies.base import ChatMessage, GenerationRequest
 from harness_r1.harness.policies.shared import PolicyStopped, SharedPolicy
+from harness_r1.models.base import ChatMessage, GenerationRequest
 
 
 def _echo(messages: Sequence[ChatMessage]) -> str:

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from harness_r1.harness.policies.cpu import keep_freed_memory
+from harness_r1.models.cpu import keep_freed_memory
 
 # Allocations of the lockstep cache's size (8 rows x 3 heads x ~2,000-2,800 positions x 64,
 # bf16: 6-9 MiB), each a little larger or smaller than the one before, as a target's are.
 FAULTS = """
 import resource, sys, torch
-from harness_r1.harness.policies.cpu import keep_freed_memory
+from harness_r1.models.cpu import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 torch.zeros(1)

@@ -21,7 +21,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from harness_r1.harness.policies.base import (
+from harness_r1.models.base import (
     Generation,
     GenerationRequest,
     PolicyError,

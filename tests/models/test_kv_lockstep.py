@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 from transformers import DynamicCache  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 
-from harness_r1.harness.policies.base import SamplingConfig  # noqa: E402
-from harness_r1.harness.policies.gqa_attention import grouped_query_attention  # noqa: E402
-from harness_r1.harness.policies.kv_lockstep import (  # noqa: E402
+from harness_r1.models.base import SamplingConfig  # noqa: E402
+from harness_r1.models.gqa_attention import grouped_query_attention  # noqa: E402
+from harness_r1.models.kv_lockstep import (  # noqa: E402
     RowState,
     alias,
     left_pad_stack,
@@ -144,7 +144,7 @@ def test_grouped_query_attention_equals_sdpa_with_a_padding_mask() -> None:
 def test_a_prompt_read_onto_a_cached_prefix_needs_no_mask() -> None:
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    from harness_r1.harness.policies.gqa_attention import lower_right_causal_or_mask
+    from harness_r1.models.gqa_attention import lower_right_causal_or_mask
 
     torch.manual_seed(3)
     cached, new, dim = 11, 5, 8
@@ -187,7 +187,7 @@ def test_one_token_steps_fold_without_a_mask_and_skip_finished_rows() -> None:
 
 
 def test_active_runs_group_consecutive_rows_still_decoding() -> None:
-    from harness_r1.harness.policies.kv_lockstep import RowState, active_runs, skip_finished
+    from harness_r1.models.kv_lockstep import RowState, active_runs, skip_finished
 
     rows = [RowState([1], None, [], done=d) for d in (False, False, True, False, True, False)]
     assert active_runs(rows) == ((0, 2), (3, 4), (5, 6))
@@ -196,7 +196,7 @@ def test_active_runs_group_consecutive_rows_still_decoding() -> None:
 
 
 def test_prompt_lookup_drafts_what_followed_the_latest_occurrence_of_the_tail() -> None:
-    from harness_r1.harness.policies.kv_lockstep import PromptLookup
+    from harness_r1.models.kv_lockstep import PromptLookup
 
     lookup = PromptLookup([5, 6, 7, 8, 9, 1, 6, 7, 4, 2])
     assert lookup.propose(3) == []  # the tail (4, 2) / (7, 4, 2) never occurred before

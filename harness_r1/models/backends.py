@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness_r1.harness.policies.local_models import EMBEDDED
+from harness_r1.models.local_models import EMBEDDED
 
 Family = Literal["openai", "vllm", "embedded", "checkpoint"]
 

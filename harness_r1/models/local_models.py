@@ -190,7 +190,7 @@ def converted_checkpoint(model: EmbeddedModel, cache_dir: Path | None = None) ->
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if model.spm_tokenizer:
-        from harness_r1.harness.policies.gguf_tokenizer import spm_tokenizer
+        from harness_r1.models.gguf_tokenizer import spm_tokenizer
 
         tokenizer = spm_tokenizer(
             gguf,

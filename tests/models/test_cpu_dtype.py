@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness_r1.harness.policies.base import GenerationRequest, SamplingConfig
-from harness_r1.harness.policies.cpu import DtypeChoice, choose_dtype, cpu_flags
+from harness_r1.models.base import GenerationRequest, SamplingConfig
+from harness_r1.models.cpu import DtypeChoice, choose_dtype, cpu_flags
 
 
 def test_auto_takes_bf16_only_where_the_cpu_computes_it() -> None:
@@ -31,7 +31,7 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
 def test_a_bf16_target_is_another_version_and_still_answers() -> None:
     """On any CPU (emulated where not native): the model computes in bf16, its version says
     so, and a short greedy answer comes back and repeats."""
-    from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+    from harness_r1.models.transformers_backend import TransformersPolicy
 
     fp32 = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=6))
     bf16 = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=6), dtype="bfloat16")
@@ -58,8 +58,8 @@ def test_auto_on_a_cpu_without_native_bf16_falls_back_to_fp32_and_says_so(
 ) -> None:
     from structlog.testing import capture_logs
 
-    from harness_r1.harness.policies import cpu
-    from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+    from harness_r1.models import cpu
+    from harness_r1.models.transformers_backend import TransformersPolicy
 
     monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"sse2", "avx2"}))
     with capture_logs() as logs:
@@ -77,7 +77,7 @@ def test_auto_on_a_cpu_without_native_bf16_falls_back_to_fp32_and_says_so(
 
 @pytest.mark.integration
 def test_an_int8_target_is_another_version_and_answers() -> None:
-    from harness_r1.harness.policies.transformers_backend import TransformersPolicy
+    from harness_r1.models.transformers_backend import TransformersPolicy
 
     int8 = TransformersPolicy.embedded(sampling=SamplingConfig(max_new_tokens=4), dtype="int8")
     assert int8.version.endswith("+int8") and int8.dtype == "int8"

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from harness_r1.harness.policies.base import GenerationRequest, PolicyError, SamplingConfig
-from harness_r1.harness.policies.openai_http import OpenAIChatPolicy
+from harness_r1.models.base import GenerationRequest, PolicyError, SamplingConfig
+from harness_r1.models.openai_http import OpenAIChatPolicy
 
 REQUEST = GenerationRequest([{"role": "user", "content": "hi"}], seed=3)
 
@@ -120,4 +120,4 @@ def test_one_client_speaks_chat_completions() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Constant) and node.value == "/v1/chat/completions"
     )
-    assert speaking == ["harness/policies/openai_http.py"]
+    assert speaking == ["models/openai_http.py"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness_r1.harness.policies.prefix_cache import PrefixCacheStore, common_prefix_length
+from harness_r1.models.prefix_cache import PrefixCacheStore, common_prefix_length
 
 
 def _crop(cache: list[int], length: int) -> None:
@@ -128,7 +128,7 @@ def test_an_empty_store_is_refused() -> None:
 def test_models_with_special_caches_are_refused_up_front() -> None:
     from types import SimpleNamespace
 
-    from harness_r1.harness.policies.transformers_backend import check_prefix_cache_support
+    from harness_r1.models.transformers_backend import check_prefix_cache_support
 
     def model(**config: object) -> SimpleNamespace:
         generation = SimpleNamespace(cache_implementation=config.pop("cache", None))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness_r1.harness.policies.local_models import (
+from harness_r1.models.local_models import (
     EMBEDDED,
     EmbeddedModel,
     checkpoint_version,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_r1.harness.policies.backends import Backend, resolve_backend
+from harness_r1.models.backends import Backend, resolve_backend
 
 
 def test_targets_and_engineers_resolve_the_same_names(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_r1.harness.policies.deployed import (
+from harness_r1.models.deployed import (
     SMOLLM2_AGENT,
     AdapterRefused,
     ShippedAgent,
@@ -17,7 +17,7 @@ from harness_r1.harness.policies.deployed import (
     file_sha256,
     merged_checkpoint,
 )
-from harness_r1.harness.policies.local_models import (
+from harness_r1.models.local_models import (
     SMOLLM2,
     checkpoint_version,
     converted_checkpoint,
@@ -103,14 +103,14 @@ def test_the_deployed_agent_is_the_default_target_everywhere():
     from harness_r1.cli.jobs.target import TargetSpec
     from harness_r1.cli.options import DEFAULT_TARGET as CLI_DEFAULT
     from harness_r1.daemon.settings import Settings
-    from harness_r1.harness.policies.deployed import DEFAULT_TARGET
     from harness_r1.harness.policies.factory import PolicySpec
+    from harness_r1.models.deployed import DEFAULT_TARGET
 
     assert DEFAULT_TARGET == SMOLLM2_AGENT.name == CLI_DEFAULT
     assert TargetSpec().kind == PolicySpec().kind == Settings().loop.target_policy == DEFAULT_TARGET
 
 
-DATA_ROOT = Path(__file__).resolve().parents[4] / "shared" / "benchmarks"
+DATA_ROOT = Path(__file__).resolve().parents[3] / "shared" / "benchmarks"
 #: the splits the deployed agent is measured on (BENCHMARKS.md): none may feed its training
 HELD_OUT = {
     "alfworld": ("valid_seen", "valid_train"),
