@@ -63,7 +63,7 @@ DECLARING_CLASSES = (
 #: CLI files whose options of a setting's name set another knob: `train sft`'s and `train
 #: target`'s batch_size is the optimizer's batch, not the loop's failures per packet
 OTHER_KNOBS = {("harness_r1/cli/train.py", "batch_size")}
-PRODUCT_ROOTS = ("harness_r1/", "benchmarks/", "deploy/", "ops/")
+PRODUCT_ROOTS = ("harness_r1/", "benchmarks/", "deploy/", "ops/")  # deploy/: the ops kit's former name
 ROOT_PACKAGE = "harness_r1"
 
 

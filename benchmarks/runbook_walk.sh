@@ -5,7 +5,7 @@
 # dead letters, an overlay released, paused, resumed and rolled back by an operator, a
 # partition reset, and a clean stop. Each step checks what the runbook says it shows; the
 # first that does not fails the walk (exit 1) with the daemon's log tail.
-#   bash benchmarks/runbook_walk.sh            (tests/deploy_kit/test_runbook_walk.py runs it)
+#   bash benchmarks/runbook_walk.sh            (tests/ops/test_runbook_walk.py runs it)
 set -euo pipefail
 HR=${HR:-.venv/bin/harness-r1}
 PY=${PY:-.venv/bin/python}

@@ -146,7 +146,7 @@ def product_sources() -> dict[str, ast.Module]:
     paths = [
         *ROOT.rglob("*.py"),
         *(repo / "benchmarks").rglob("*.py"),
-        *(repo / "deploy").glob("*.py"),
+        *(repo / "ops").glob("*.py"),
     ]
     return {
         str(path.relative_to(repo)): ast.parse(path.read_text(encoding="utf-8"))

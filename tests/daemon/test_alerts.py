@@ -1,4 +1,4 @@
-"""A real Prometheus server, loaded with deploy/prometheus/rules.yml, scrapes a running daemon
+"""A real Prometheus server, loaded with ops/prometheus/rules.yml, scrapes a running daemon
 whose ingest is stuck with records waiting (the SQLite store's write lock is held by another
 connection, as by an operator's long transaction): the ingest-stalled and not-ready alerts go
 pending, read back through Prometheus' HTTP API. Their `for:` durations (10 and 5 minutes) are
@@ -33,7 +33,7 @@ from harness_r1.daemon.wiring import Built, build_daemon
 from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rules.yml"
+RULES = Path(__file__).resolve().parents[2] / "ops" / "prometheus" / "rules.yml"
 RECORDS = 50
 WATCHED = ("HarnessR1IngestStalled", "HarnessR1NotReady")
 

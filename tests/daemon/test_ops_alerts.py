@@ -1,4 +1,4 @@
-"""Alerts an operator relies on, in a real Prometheus loaded with deploy/prometheus/rules.yml
+"""Alerts an operator relies on, in a real Prometheus loaded with ops/prometheus/rules.yml
 (and a copy with every `for:` at 1 s, as in test_alerts.py) scraping a real daemon:
 
 1. the broker gone for longer than the rules' windows (the copy's rate window is 30 s, the
@@ -39,7 +39,7 @@ from harness_r1.deploy.signing import generate_keypair
 from harness_r1.trainer.writers import TemplateWriter
 
 pytestmark = pytest.mark.integration
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rules.yml"
+RULES = Path(__file__).resolve().parents[2] / "ops" / "prometheus" / "rules.yml"
 WINDOW_S = 30  # the short copy's rate window (the shipped rules' is 5 minutes)
 OUTAGE_S = 75.0  # more than twice that window: an alert on up->down transitions would clear
 

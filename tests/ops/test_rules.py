@@ -1,4 +1,4 @@
-"""The alert rules in deploy/prometheus pass `promtool check rules` and their unit tests
+"""The alert rules in ops/prometheus pass `promtool check rules` and their unit tests
 (`promtool test rules`: every alert fires when its condition holds long enough, and a new
 daemon alerts on nothing), and every metric they name is one the daemon exports (docs/metrics.md
 lists them). promtool comes from Debian's `prometheus` package (.ci/run installs it); without it
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+RULES_DIR = Path(__file__).resolve().parents[2] / "ops" / "prometheus"
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian package prometheus)"

@@ -1,5 +1,5 @@
 """docs/metrics.md lists every metric the daemon registers with its type and labels, and for
-each the alerts in deploy/prometheus/rules.yml that use it: a metric added, relabelled or newly
+each the alerts in ops/prometheus/rules.yml that use it: a metric added, relabelled or newly
 alerted on without the doc being updated fails here."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _doc_rows() -> dict[str, list[str]]:
 
 
 def _alerts_using(name: str) -> str:
-    groups = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yml").read_text())["groups"]
+    groups = yaml.safe_load((ROOT / "ops" / "prometheus" / "rules.yml").read_text())["groups"]
     pattern = re.compile(r"\b" + re.escape(name) + r"(_total|_bucket|_sum|_count|_info)?\b")
     used = sorted(
         rule["alert"] for group in groups for rule in group["rules"] if pattern.search(rule["expr"])

@@ -25,7 +25,7 @@ def _anchors() -> set[str]:
 
 
 def test_every_alert_points_at_a_section_of_the_runbook() -> None:
-    groups = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yml").read_text())["groups"]
+    groups = yaml.safe_load((ROOT / "ops" / "prometheus" / "rules.yml").read_text())["groups"]
     anchors = _anchors()
     for rule in (r for g in groups for r in g["rules"] if "alert" in r):
         target = rule["annotations"]["runbook"]

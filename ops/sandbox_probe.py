@@ -6,7 +6,7 @@ layers the worker reports, and exits 0 when every layer is in force, 1 when any 
 (then every patch would be refused: fail closed). It runs no model and needs no service.
 
     docker run --rm --entrypoint python harness-r1:cpu /opt/harness-r1/sandbox_probe.py
-    /opt/harness-r1/bin/python deploy/sandbox_probe.py          # a systemd host, as its user
+    /opt/harness-r1/bin/python ops/sandbox_probe.py          # a systemd host, as its user
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main() -> int:
             f"accept_shared_uid={settings.sandbox.accept_shared_uid}"
         )
         if not report.isolated:
-            print("NOT ISOLATED: every patch would be refused; see deploy/README.md")
+            print("NOT ISOLATED: every patch would be refused; see ops/README.md")
             return 1
     finally:
         hooks.close()

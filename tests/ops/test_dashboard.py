@@ -1,4 +1,4 @@
-"""The Grafana dashboard (deploy/grafana/dashboards/harness-r1.json): every query in it parses
+"""The Grafana dashboard (ops/grafana/dashboards/harness-r1.json): every query in it parses
 in a real Prometheus server (its HTTP query API answers `success`, not `bad_data`), names only
 metrics the daemon exports, and the panels an operator asked for are there. Grafana's own
 variables are replaced by what Grafana would put there before a query is sent. Without the
@@ -17,7 +17,7 @@ import pytest
 from metric_names import exported_metric_names
 
 DASHBOARD = (
-    Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "harness-r1.json"
+    Path(__file__).resolve().parents[2] / "ops" / "grafana" / "dashboards" / "harness-r1.json"
 )
 #: what Grafana substitutes for its variables before sending a query
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$instance": ".*"}

@@ -1,4 +1,4 @@
-"""deploy/sandbox_probe.py, the check an operator runs in the container or under the unit: it
+"""ops/sandbox_probe.py, the check an operator runs in the container or under the unit: it
 starts a real hook worker with the settings in effect and says whether every isolation layer
 holds. Run here as this user; and, when this test runs as root with `setpriv`, under the two
 identities the kit deploys with: the image's non-root user (uid 65534 here; with

@@ -1,4 +1,4 @@
-"""deploy/systemd: the unit passes `systemd-analyze verify` with no warning (its ExecStart and
+"""ops/systemd: the unit passes `systemd-analyze verify` with no warning (its ExecStart and
 EnvironmentFile pointed at this checkout's, since /opt/harness-r1 is not installed here), its
 offline security exposure stays low, its system-call deny list holds none of the calls the hook
 worker makes to isolate itself (Landlock, seccomp, rlimits, uid drop, fork/exec), and the
