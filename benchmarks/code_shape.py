@@ -63,7 +63,8 @@ DECLARING_CLASSES = (
 #: CLI files whose options of a setting's name set another knob: `train sft`'s and `train
 #: target`'s batch_size is the optimizer's batch, not the loop's failures per packet
 OTHER_KNOBS = {("harness_r1/cli/train.py", "batch_size")}
-PRODUCT_ROOTS = ("harness_r1/", "benchmarks/", "deploy/", "ops/")  # deploy/: the ops kit's former name
+#: product and benchmark Python (deploy/: the ops kit's name at older commits)
+PRODUCT_ROOTS = ("harness_r1/", "benchmarks/", "deploy/", "ops/")
 ROOT_PACKAGE = "harness_r1"
 
 
