@@ -23,8 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness_r1.consumers import PacketConfig, build_packet_from_jsonl
-from harness_r1.contracts import FailurePacket, HookName, Patch
-from harness_r1.sandbox import Intake, Stage, StaticLimits, take_in
+from harness_r1.contracts import FailurePacket, HookName
+from harness_r1.sandbox import Intake, StaticLimits, take_in
 from harness_r1.trainer.engineer import (
     DEFAULT_MAX_NEW_TOKENS,
     EngineerBackend,
@@ -38,19 +38,12 @@ from harness_r1.trainer.prompt_examples import PromptExample
 from harness_r1.trainer.template_calls import template_call
 
 
-@dataclass(frozen=True)
-class Proposal:
-    """One sampled completion and what the sandbox's first two layers made of it."""
+@dataclass(frozen=True, kw_only=True)
+class Proposal(Intake):
+    """One sampled completion and what the sandbox's intake made of it (`Intake`'s fields)."""
 
     index: int
     sample: EngineerSample
-    patch: Patch | None
-    valid: bool
-    stage: Stage | None = None
-    reason: str | None = None
-    message: str = ""
-    codes: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -99,13 +92,9 @@ def classify(
     library's calls rendered (`template_calls`); `hooks`: the hooks this engineer may write.
     Never raises (no layer does)."""
     taken = take_in(sample.text, env, limits=limits, hooks=hooks, render_call=template_call)
-    return Proposal(index=index, sample=sample, **asdict_shallow(taken))
-
-
-def asdict_shallow(taken: Intake) -> dict[str, Any]:
-    """An Intake's fields as keyword arguments (not `dataclasses.asdict`: the patch stays a
-    Patch)."""
-    return {f.name: getattr(taken, f.name) for f in fields(taken)}
+    return Proposal(
+        index=index, sample=sample, **{f.name: getattr(taken, f.name) for f in fields(taken)}
+    )
 
 
 def propose_patches(
