@@ -51,10 +51,11 @@ def data_tasks(
     `task.task_id` must name for the canary to replay it (docs/agents.md).
 
     Example: `harness-r1 data tasks dbbench dev --limit 5`"""
-    from harness_r1.envs import ENV_NAMES, get_suite
+    from harness_r1.envs import env_names, get_suite
 
-    if env not in ENV_NAMES:
-        raise typer.BadParameter(f"env must be one of {', '.join(ENV_NAMES)}", param_hint="ENV")
+    known = env_names()
+    if env not in known:
+        raise typer.BadParameter(f"env must be one of {', '.join(known)}", param_hint="ENV")
     suite = get_suite(env)
     if split not in suite.splits:
         raise typer.BadParameter(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import structlog
 
 from harness_r1.daemon.tasks import TaskIndex
-from harness_r1.envs import ENV_NAMES, get_suite
+from harness_r1.envs import env_names, get_suite
 
 log = structlog.get_logger(__name__)
 #: Seconds between warnings about a split whose data cannot be read.
@@ -37,8 +37,9 @@ class ReplayableTasks:
     def why_not(self, env: str, split: str, task_id: str) -> str | None:
         """None when the canary can replay the task (or there is no data to tell); else why
         not, with the ids the split does hold."""
-        if env not in ENV_NAMES:
-            return f"env {env!r} is not one this daemon replays ({', '.join(ENV_NAMES)})"
+        known = env_names()
+        if env not in known:
+            return f"env {env!r} is not one this daemon replays ({', '.join(known)})"
         ids = self._split_ids(env, split)
         if ids is None:
             return None

@@ -1,7 +1,8 @@
 """Environments: one protocol, task registries by split, data loading.
 
-Each benchmark is a subpackage exposing `SUITE: EnvSuite`; `get_suite(name)` imports it on
-demand so that listing envs does not import TextWorld or build catalogues.
+Each built-in benchmark is a subpackage exposing `SUITE: EnvSuite`; an installed package adds
+an env through the entry-point group `harness_r1.envs` (registry.py). `get_suite(name)` imports
+a suite on demand, so that listing envs does not import TextWorld or build catalogues.
 
 Modules:
 - base.py: The environment protocol (Gymnasium's spirit, text in and out) and how tasks are
@@ -12,6 +13,8 @@ Modules:
   malformed
 - fetch.py: Get the official benchmark files and lay them out as the data root expects
   (`harness-r1 data fetch ENV`)
+- registry.py: Which environments exist: the three built in, and every suite an installed
+  package adds
 - alfworld/: ALFWorld: household tasks as real TextWorld games (alfworld 0.4.x), played offline
 - dbbench/: DBBench (AgentBench) on SQLite: answer questions about, or modify, one table with
   SQL
@@ -19,8 +22,6 @@ Modules:
 """
 
 from __future__ import annotations
-
-import importlib
 
 from harness_r1.envs.base import (
     INFO_ADMISSIBLE,
@@ -36,19 +37,21 @@ from harness_r1.envs.base import (
 )
 from harness_r1.envs.data import DataError, default_data_root
 from harness_r1.envs.fetch import FetchError, fetch_env_data
+from harness_r1.envs.registry import (
+    BUILTIN_ENVS,
+    ENTRY_POINT_GROUP,
+    env_names,
+    get_suite,
+)
 
-ENV_NAMES: tuple[str, ...] = ("alfworld", "dbbench", "webshop")
-
-
-def get_suite(name: str) -> EnvSuite:
-    if name not in ENV_NAMES:
-        raise KeyError(f"unknown env {name!r}; known: {', '.join(ENV_NAMES)}")
-    module = importlib.import_module(f"harness_r1.envs.{name}")
-    suite: EnvSuite = module.SUITE
-    return suite
+#: the built-in envs (plugins: `env_names()`)
+ENV_NAMES: tuple[str, ...] = BUILTIN_ENVS
 
 
 __all__ = [
+    "BUILTIN_ENVS",
+    "ENTRY_POINT_GROUP",
+    "env_names",
     "DataError",
     "ENV_NAMES",
     "Env",

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness_r1.envs import ENV_NAMES, DataError, get_suite
+from harness_r1.envs import DataError, env_names, get_suite
 
 
 def status_table(root: Path) -> Table:
@@ -15,7 +15,7 @@ def status_table(root: Path) -> Table:
     table = Table(title=f"data root {root}")
     for column in ("env", "split", "files", "tasks", "problem"):
         table.add_column(column)
-    for env in ENV_NAMES:
+    for env in env_names():
         suite = get_suite(env)
         files_by_split = suite.data_files(root)
         for split in suite.splits:
