@@ -18,6 +18,8 @@ Modules:
 - data.py: `harness-r1 data|schemas|patch|packet`: files in, reports out; nothing runs a model
 - deadletter.py: `harness-r1 deadletter list|redrive`: what an operator does with the
   dead-letter topic
+- env.py: `harness-r1 env list|check`: the environments this installation runs, and whether one
+  keeps the contract
 - engineer.py: `harness-r1 engineer propose|evaluate`: the harness engineer's proposals, and its
   score on held-out packets
 - group.py: One way to make a command group, so every group's help renders alike: paragraphs

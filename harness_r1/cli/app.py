@@ -19,6 +19,7 @@ from harness_r1.cli.config import config_app
 from harness_r1.cli.data import data_app, packet_app, patch_app, schemas_app
 from harness_r1.cli.deadletter import deadletter_app
 from harness_r1.cli.engineer import engineer_app
+from harness_r1.cli.env import env_app
 from harness_r1.cli.group import MARKUP
 from harness_r1.cli.ingest import ingest_app
 from harness_r1.cli.measure import canary_command, eval_command
@@ -73,6 +74,7 @@ app.add_typer(overlay_app, name="overlay", rich_help_panel=OVERLAYS)
 app.add_typer(keys_app, name="keys", rich_help_panel=OVERLAYS)
 
 app.add_typer(data_app, name="data", rich_help_panel=MEASURE)
+app.add_typer(env_app, name="env", rich_help_panel=MEASURE)
 app.command("eval", rich_help_panel=MEASURE)(eval_command)
 app.command("canary", rich_help_panel=MEASURE)(canary_command)
 app.add_typer(patch_app, name="patch", rich_help_panel=MEASURE)

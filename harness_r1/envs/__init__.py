@@ -35,6 +35,7 @@ from harness_r1.envs.base import (
     StepResult,
     TaskPrompter,
 )
+from harness_r1.envs.conformance import ConformanceError, check_env, check_suite
 from harness_r1.envs.data import DataError, default_data_root
 from harness_r1.envs.fetch import FetchError, fetch_env_data
 from harness_r1.envs.registry import (
@@ -42,6 +43,7 @@ from harness_r1.envs.registry import (
     ENTRY_POINT_GROUP,
     env_names,
     get_suite,
+    plugin_entry_points,
 )
 
 #: the built-in envs (plugins: `env_names()`)
@@ -49,6 +51,10 @@ ENV_NAMES: tuple[str, ...] = BUILTIN_ENVS
 
 
 __all__ = [
+    "ConformanceError",
+    "check_env",
+    "check_suite",
+    "plugin_entry_points",
     "BUILTIN_ENVS",
     "ENTRY_POINT_GROUP",
     "env_names",

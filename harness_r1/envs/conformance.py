@@ -1,11 +1,23 @@
-"""check_env: the contract every environment must pass (Gymnasium's check_env, for text envs)."""
+"""check_env: the contract every environment must pass (Gymnasium's check_env, for text envs).
+
+`check_suite` adds what a whole suite owes (declared splits, loadable tasks with unique ids):
+what `harness-r1 env check NAME` runs on a built-in env or a plugin.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness_r1.contracts import TaskSpec
-from harness_r1.envs.base import INFO_ADMISSIBLE, INFO_SUCCESS, Env, EnvError, StepResult
+from harness_r1.envs.base import (
+    INFO_ADMISSIBLE,
+    INFO_SUCCESS,
+    Env,
+    EnvError,
+    EnvSuite,
+    StepResult,
+)
 
 
 class ConformanceError(AssertionError):
@@ -62,3 +74,32 @@ def check_env(env: Env, task: TaskSpec, *, junk_action: str = "xyzzy plugh", see
             pass
         else:
             raise ConformanceError("stepping after termination must raise EnvError")
+
+
+def check_suite(
+    suite: EnvSuite, data_root: Path, split: str | None = None, seed: int = 0
+) -> list[str]:
+    """An env suite's contract, as `harness-r1 env check` runs it: declared splits, each
+    split's tasks loadable, of this env and with unique ids, then `check_env` on the first
+    task. Returns what was checked, a line each; raises ConformanceError on the first breach
+    (DataError where the data is missing)."""
+    _require(isinstance(suite.name, str) and suite.name != "", "the suite needs a name")
+    _require(len(suite.splits) > 0, "the suite declares no split")
+    _require(split is None or split in suite.splits, f"split {split!r} is none of {suite.splits}")
+    checked = []
+    splits = list(suite.splits) if split is None else [split]
+    for name in splits:
+        tasks = suite.load_tasks(data_root, name)
+        _require(len(tasks) > 0, f"split {name!r} holds no task")
+        ids = [task.task_id for task in tasks]
+        _require(len(set(ids)) == len(ids), f"split {name!r} repeats task ids")
+        _require(
+            all(t.env == suite.name for t in tasks), f"split {name!r} holds another env's task"
+        )
+        checked.append(f"split {name}: {len(tasks)} tasks, ids unique")
+    first = suite.load_tasks(data_root, splits[0])[0]
+    check_env(suite.make_env(data_root), first, seed=seed)
+    checked.append(
+        f"{splits[0]}/{first.task_id}: seeded reset repeats, a junk step is typed and no win"
+    )
+    return checked

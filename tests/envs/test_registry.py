@@ -10,16 +10,49 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from harness_r1.cli.app import app
+from harness_r1.cli.settings import use_root_config
 from harness_r1.envs import BUILTIN_ENVS, EnvError, env_names, get_suite
 
 PLUGIN_SOURCE = """
 from dataclasses import replace
 from harness_r1.envs import get_suite
 
-SUITE = replace(get_suite("dbbench"), name="sqlplugin")
-MISNAMED = replace(get_suite("dbbench"), name="something_else")
+_DB = get_suite("dbbench")
+
+
+class RenamedEnv:
+    \"\"\"DBBench's env under the plugin's name: an env of another package, for the test.\"\"\"
+
+    name = "sqlplugin"
+
+    def __init__(self, env):
+        self._env = env
+
+    def reset(self, task, *, seed=None):
+        return self._env.reset(task.model_copy(update={"env": "dbbench"}), seed=seed)
+
+    def step(self, action):
+        return self._env.step(action)
+
+    def close(self):
+        self._env.close()
+
+
+def load_tasks(root, split):
+    return [t.model_copy(update={"env": "sqlplugin"}) for t in _DB.load_tasks(root, split)]
+
+
+def make_env(root):
+    return RenamedEnv(_DB.make_env(root))
+
+
+SUITE = replace(_DB, name="sqlplugin", load_tasks=load_tasks, make_env=make_env)
+MISNAMED = replace(_DB, name="something_else")
 NOT_A_SUITE = {"name": "sqlplugin"}
+UNLABELLED = replace(_DB, name="sqlplugin")
 """
 
 
@@ -80,3 +113,42 @@ def test_an_unknown_env_lists_the_plugins_too(site: Path) -> None:
     install(site, {"sqlplugin": "envplugin:SUITE"})
     with pytest.raises(KeyError, match="known: alfworld, dbbench, webshop, sqlplugin"):
         get_suite("nethack")
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+def test_env_list_names_builtins_and_plugins_with_their_package(site: Path) -> None:
+    install(site, {"sqlplugin": "envplugin:SUITE"})
+    result = CliRunner().invoke(app, ["env", "list"])
+    assert result.exit_code == 0, result.output
+    assert "dbbench\tbuilt in" in result.output
+    assert "sqlplugin\tplugin: envplugin 0.1 (envplugin:SUITE)" in result.output
+
+
+def test_env_check_passes_a_plugin_that_keeps_the_contract(site: Path) -> None:
+    install(site, {"sqlplugin": "envplugin:SUITE"})
+    use_root_config(None)
+    result = CliRunner().invoke(app, ["env", "check", "sqlplugin", "--split", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "sqlplugin: split dev:" in result.output and result.output.endswith("sqlplugin: ok\n")
+
+
+def test_env_check_refuses_a_suite_whose_tasks_are_another_envs(site: Path) -> None:
+    """DBBench's suite renamed but not its tasks: the check catches what a canary would trip
+    on later."""
+    install(site, {"sqlplugin": "envplugin:UNLABELLED"})
+    use_root_config(None)
+    result = CliRunner().invoke(app, ["env", "check", "sqlplugin", "--split", "dev"])
+    assert result.exit_code == 1
+    assert "ConformanceError: split 'dev' holds another env's task" in result.stderr
+
+
+def test_env_check_names_what_is_wrong_and_exits_1(site: Path) -> None:
+    install(site, {"sqlplugin": "envplugin:NOT_A_SUITE"})
+    result = CliRunner().invoke(app, ["env", "check", "sqlplugin"])
+    assert result.exit_code == 1
+    assert "sqlplugin: EnvError: env plugin 'sqlplugin'" in result.stderr
+    assert "is a dict, not an EnvSuite" in result.stderr
+    unknown = CliRunner().invoke(app, ["env", "check", "nethack"])
+    assert unknown.exit_code == 2 and "unknown env 'nethack'" in unknown.output
