@@ -28,6 +28,9 @@ class ReplayableTasks:
 
     def __init__(self, tasks: TaskIndex, clock: Callable[[], float] = time.monotonic) -> None:
         self._tasks = tasks
+        #: read once: finding the installed env plugins scans package metadata (~4 ms), too
+        #: slow for every ingested failure; a plugin installed later needs a restart anyway
+        self._envs = env_names()
         self._ids: dict[tuple[str, str], frozenset[str] | str] = {}  # ids, or why none
         self._lock = threading.Lock()
         self._no_data: str | None = None
@@ -37,9 +40,8 @@ class ReplayableTasks:
     def why_not(self, env: str, split: str, task_id: str) -> str | None:
         """None when the canary can replay the task (or there is no data to tell); else why
         not, with the ids the split does hold."""
-        known = env_names()
-        if env not in known:
-            return f"env {env!r} is not one this daemon replays ({', '.join(known)})"
+        if env not in self._envs:
+            return f"env {env!r} is not one this daemon replays ({', '.join(self._envs)})"
         ids = self._split_ids(env, split)
         if ids is None:
             return None
