@@ -36,7 +36,7 @@ console = Console(stderr=True)
 
 
 def eval_command(
-    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
+    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop, or a plugin env (harness-r1 env list)")],
     split: Annotated[str, typer.Option()],
     limit: Annotated[int | None, typer.Option(help="Tasks, spread evenly over the split.")] = None,
     policy: Annotated[
@@ -112,7 +112,7 @@ def eval_command(
 
 
 def canary_command(
-    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop")],
+    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop, or a plugin env (harness-r1 env list)")],
     split: Annotated[str, typer.Option()],
     patch: Annotated[list[Path], typer.Option(help="Candidate patch file (repeatable).")],
     on: Annotated[

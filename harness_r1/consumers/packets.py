@@ -30,6 +30,10 @@ Rules (each one is what a reader of a packet may rely on):
    every hook whole when they all fit (as JSON), else each hook cut to an equal part of that
    share (its newest links are at the end, so a cut drops those first: a link the engineer
    cannot see whole is one it should replace, not add to). Episodes fill what is left.
+9. `rules` says whether rules written for the env made the packet (the built-in envs) or the
+   generic ones (any other env, e.g. a plugin's): generic invalid-action markers, no task
+   constraints. The engineer's prompt repeats it, so a model never reads a missing signal as
+   "nothing went wrong".
 """
 
 from __future__ import annotations
@@ -46,7 +50,12 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from harness_r1.consumers.constraints import IdMasker, task_constraints
-from harness_r1.consumers.signals import count_signals, episode_flags, failure_point
+from harness_r1.consumers.signals import (
+    INVALID_RULES,
+    count_signals,
+    episode_flags,
+    failure_point,
+)
 from harness_r1.contracts import (
     FailurePacket,
     HookName,
@@ -252,7 +261,13 @@ def _assemble(
         batch_size=len(batch),
         failures=len(failures),
         incumbent=list(incumbent),
+        rules=packet_rules(head.env),
     )
+
+
+def packet_rules(env: str) -> Literal["env", "generic"]:
+    """`env` where rules were written for the env (rule 9), else `generic`."""
+    return "env" if env in INVALID_RULES else "generic"
 
 
 #: Per hook, the live links' sources, oldest first (str keys work too: HookName is a str).

@@ -86,11 +86,21 @@ class FailurePacket(Message):
         description="The hooks already live (the batch's harness): a new patch is added to "
         "them, or replaces one explicitly. Empty on the base harness.",
     )
+    rules: Literal["env", "generic"] = Field(
+        default="env",
+        description="Which extraction rules made this packet. `env`: rules written for this "
+        "env (its invalid-action answer, the constraints its instructions state). `generic`: "
+        "none are known for this env (a plugin's): invalid actions are recognised by the "
+        "generic markers only and no task constraints are extracted.",
+    )
 
     @model_serializer(mode="wrap")
-    def _omit_empty_incumbent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Left out when empty: packets of the base harness keep their bytes and packet_id."""
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An empty incumbent and the env's own rules are left out: packets of the base harness
+        on a built-in env keep their bytes and packet_id."""
         data: dict[str, Any] = handler(self)
         if not self.incumbent:
             data.pop("incumbent", None)
+        if self.rules == "env":
+            data.pop("rules", None)
         return data

@@ -60,6 +60,14 @@ def _episode_lines(episode: PacketEpisode, limit: int) -> list[str]:
     return lines
 
 
+#: Said when no rules were written for the packet's env: an uncounted signal is not an absent one.
+GENERIC_RULES_NOTE = (
+    "No rules are written for env {env}: invalid actions are counted only where the env "
+    'answers "Nothing happens.", "Invalid action ..." or "[invalid] ...", and no task '
+    "constraints were extracted. Read the observations for what went wrong."
+)
+
+
 def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> str:
     """The packet as the engineer reads it: compact, deterministic plain text."""
     config = config or PromptConfig()
@@ -74,6 +82,8 @@ def packet_text(packet: FailurePacket, config: PromptConfig | None = None) -> st
         f"Task types: {', '.join(types) if types else 'none'}.",
         f"Signals: {counted or 'none'}.",
     ]
+    if packet.rules == "generic":
+        lines.append(GENERIC_RULES_NOTE.format(env=packet.env))
     lines += _lean_incumbent_lines(packet, config) if config.lean else _incumbent_lines(packet)
     limit = config.lean_snippet_chars if config.lean else config.snippet_chars
     for episode in episodes:

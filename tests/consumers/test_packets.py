@@ -629,3 +629,25 @@ def test_the_incumbent_takes_at_most_its_share_of_the_budget_and_episodes_the_re
     assert packet.episodes, "the incumbent left no room for a single episode"
     alone = build_packet(batch, config)
     assert len(packet.episodes) < len(alone.episodes)
+
+
+def test_a_packet_says_when_only_the_generic_rules_made_it() -> None:
+    """A plugin's env has no written rules: the packet says `generic` (and the engineer's
+    prompt says what that means), while a built-in env's packet keeps its bytes."""
+    from harness_r1.trainer.prompt_packet import packet_text
+
+    moves = [("go east", "[invalid] no exit east"), ("go east", "You can't go that way.")]
+    plugin = build_packet(
+        [traj(f"tw-{i}", moves, env="textworld", task_type="coin") for i in range(3)],
+        PacketConfig(),
+    )
+    assert plugin.rules == "generic"
+    assert json.loads(plugin.to_json_bytes())["rules"] == "generic"
+    assert plugin.signals.invalid_actions == 3  # the generic marker is still recognised
+    assert "No rules are written for env textworld" in packet_text(plugin)
+    assert plugin.episodes[0].constraints == []
+
+    builtin = build_packet(db_batch(), PacketConfig())
+    assert builtin.rules == "env"
+    assert "rules" not in json.loads(builtin.to_json_bytes())
+    assert "No rules are written" not in packet_text(builtin)
