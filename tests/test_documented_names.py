@@ -16,10 +16,19 @@ DOCUMENTS = [
     "BENCHMARKS.md",
     *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
     "ops/README.md",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "examples").glob("*/README.md")),
 ]
-#: `harness_r1.pkg.Name` in prose, or `from harness_r1.pkg import A, B` in an example
+#: `harness_r1.pkg.Name` in prose, or `from harness_r1.pkg import A, B` in an example (names in
+#: parentheses may span lines, with comments)
 DOTTED = re.compile(r"\bharness_r1(?:\.[a-z_][a-z0-9_]*)*\.[A-Za-z_][A-Za-z0-9_]*\b")
-FROM_IMPORT = re.compile(r"from (harness_r1(?:\.[a-z_][a-z0-9_]*)*) import ([A-Za-z_, ()]+)")
+FROM_IMPORT = re.compile(
+    r"from (harness_r1(?:\.[a-z_][a-z0-9_]*)*) import (\([^)]*\)|[A-Za-z0-9_, ]+)"
+)
+
+
+def imported(names: str) -> list[str]:
+    """The names of an import's name list, comments and parentheses left out."""
+    return [name for name in re.split(r"[,\s()]+", re.sub(r"#[^\n]*", "", names)) if name]
 
 
 def documented_names() -> list[tuple[str, str, str]]:
@@ -31,14 +40,24 @@ def documented_names() -> list[tuple[str, str, str]]:
             module, _, name = dotted.rpartition(".")
             found.add((document, module, name))
         for module, names in FROM_IMPORT.findall(text):
-            for name in re.split(r"[,\s()]+", names):
-                if name:
-                    found.add((document, module, name))
+            for name in imported(names):
+                found.add((document, module, name))
     return sorted(found)
 
 
 def test_the_documents_name_something() -> None:
-    assert ("README.md", "harness_r1.deploy", "OverlayClient") in documented_names()
+    found = documented_names()
+    assert ("README.md", "harness_r1.deploy", "OverlayClient") in found
+    # the embedding guide's imports, each from the one place an embedding imports from
+    embedding = {name for doc, module, name in found if doc == "docs/embedding.md"}
+    assert {"build_agent", "callable_policy", "openai_policy", "Agent"} <= embedding
+
+
+def test_a_multi_line_import_is_read_name_by_name() -> None:
+    text = "from harness_r1.agent import (\n    build_agent,  # says why\n    Agent,\n)\nx = 1"
+    ((module, names),) = FROM_IMPORT.findall(text)
+    assert module == "harness_r1.agent"
+    assert imported(names) == ["build_agent", "Agent"]
 
 
 @pytest.mark.parametrize(("document", "module", "name"), documented_names())

@@ -30,6 +30,17 @@ ALLOWED: dict[str, set[str]] = {
         "trainer",
         "consumers",
         "deploy",
+        "agent",
+    },
+    "agent": {
+        "contracts",
+        "models",
+        "envs",
+        "harness",
+        "sandbox",
+        "consumers",
+        "deploy",
+        "daemon",
     },
     "cli": {
         "contracts",

@@ -35,8 +35,12 @@ from harness_r1.cli.settings import cli_settings
 console = Console(stderr=True)
 
 
+#: every --env takes a plugin's env too
+ENV_HELP = "alfworld | dbbench | webshop, or a plugin env (harness-r1 env list)"
+
+
 def eval_command(
-    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop, or a plugin env (harness-r1 env list)")],
+    env: Annotated[str, typer.Option(help=ENV_HELP)],
     split: Annotated[str, typer.Option()],
     limit: Annotated[int | None, typer.Option(help="Tasks, spread evenly over the split.")] = None,
     policy: Annotated[
@@ -112,7 +116,7 @@ def eval_command(
 
 
 def canary_command(
-    env: Annotated[str, typer.Option(help="alfworld | dbbench | webshop, or a plugin env (harness-r1 env list)")],
+    env: Annotated[str, typer.Option(help=ENV_HELP)],
     split: Annotated[str, typer.Option()],
     patch: Annotated[list[Path], typer.Option(help="Candidate patch file (repeatable).")],
     on: Annotated[

@@ -1,7 +1,8 @@
 """The service: settings, state store, ingest, the improvement loop, scheduler, observability,
 the embedded demo.
 
-Only `harness_r1.cli` imports this package.
+Only `harness_r1.cli` imports this package, and `harness_r1.agent` its settings (an embedded
+agent reads the daemon's settings file).
 
 Modules:
 - canary_log.py: The daemon's canary progress as log lines: a canary runs for minutes, and the

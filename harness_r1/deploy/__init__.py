@@ -46,7 +46,12 @@ from harness_r1.exports import lazy_exports
 if TYPE_CHECKING:
     from harness_r1.deploy.acceptance import check_stream, open_message
     from harness_r1.deploy.agent import DeployedAgent
-    from harness_r1.deploy.client import ClientConfig, MessageSource, OverlayClient
+    from harness_r1.deploy.client import (
+        ClientConfig,
+        ClientMetrics,
+        MessageSource,
+        OverlayClient,
+    )
     from harness_r1.deploy.control_effect import record_control
     from harness_r1.deploy.guard import (
         GuardConfig,
@@ -76,6 +81,7 @@ __getattr__ = lazy_exports(__name__, __file__)
 
 __all__ = [
     "ClientConfig",
+    "ClientMetrics",
     "DEFAULT_BUSY_TIMEOUT_MS",
     "DeployMetrics",
     "DeployedAgent",

@@ -47,9 +47,10 @@ _COOKING_FLAGS: dict[str, Any] = {
 
 #: `tw-make <challenge> <settings>` per challenge and difficulty. The options are TextWorld's
 #: own (`tw-make tw-cooking --help`): coin collector levels 1-100 are a chain of rooms as long
-#: as the level, 101-200 add a dead-end room beside each; treasure hunter 1-10 has no doors,
-#: 11-20 adds locked doors and containers; cooking's recipe/take/go count ingredients, items
-#: to fetch and rooms; simple's rewards and goal set how much the game tells and rewards.
+#: as the level, 101-200 add a dead-end room beside each; treasure hunter 1-10 has 5 rooms and
+#: no doors, 11-20 has 10 rooms with closed doors and containers; cooking's recipe/take/go
+#: count ingredients, items to fetch and rooms; simple's rewards and goal set how much the
+#: game tells and rewards.
 DIFFICULTIES: dict[tuple[str, str], Difficulty] = {
     (d.challenge, d.level): d
     for d in (
@@ -100,8 +101,9 @@ def load_tasks(data_root: Path, split: str) -> list[TaskSpec]:
         raise KeyError(f"unknown split {split!r} of env {ENV_NAME}; known: {', '.join(SPLITS)}")
     level, first_seed = SPLIT_PLAN[split]
     tasks = []
-    for seed in range(first_seed, first_seed + SEEDS_PER_SPLIT):
-        for challenge in CHALLENGES:
+    # challenge by challenge: a spread of n tasks over the split meets every challenge
+    for challenge in CHALLENGES:
+        for seed in range(first_seed, first_seed + SEEDS_PER_SPLIT):
             kind = task_type(challenge)
             tasks.append(
                 TaskSpec(

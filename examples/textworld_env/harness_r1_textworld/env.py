@@ -14,6 +14,9 @@ Semantics (what `harness-r1 env check` holds it to):
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,15 @@ def game_text(feedback: str) -> str:
     while lines and lines[-1].strip() == ">":
         lines.pop()
     return "\n".join(lines)
+
+
+@contextmanager
+def _quiet_engine() -> Iterator[None]:
+    """Jericho warns that a generated game's score tracking is unsupported: TextWorld tracks
+    the score itself (`score`, `won`), so the warning says nothing to an operator."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Game .* is not fully supported")
+        yield
 
 
 class TextWorldChallengeEnv:
@@ -55,7 +67,8 @@ class TextWorldChallengeEnv:
         payload = task.payload
         try:
             path = game_file(str(payload["challenge"]), str(payload["level"]), int(payload["seed"]))
-            state = self._start(path).reset()
+            with _quiet_engine():
+                state = self._start(path).reset()
         except (KeyError, ValueError, TypeError) as err:
             raise EnvError(f"task {task.task_id!r} does not name a game: {err!r}") from err
         except EnvError:

@@ -1,7 +1,7 @@
 """The demo's deployed agents: one frozen target shared by all (as one inference server would
 serve them: concurrent calls batched, `harness/policies/shared.py`), each agent in its own
-thread with its own signed overlay client (isolated hooks) and a sink that publishes its
-trajectories to the daemon.
+thread, built by `harness_r1.agent.build_agent` as an operator's agent is (its own signed
+overlay client, hooks in the isolated worker, its trajectories published to the daemon).
 
 Every phase plays the same tasks with the same seeds (task j, seed j), so the fleet's success on
 one harness and on the next is a paired comparison; which agent plays which task rotates.
@@ -10,27 +10,22 @@ one harness and on the next is a paired comparison; which agent plays which task
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness_r1.contracts import Patch, TaskSpec, Trajectory
+from harness_r1.contracts import TaskSpec, Trajectory
 from harness_r1.daemon.demo.options import FLEET, DemoOptions
-from harness_r1.deploy import MessageSource
-from harness_r1.harness import HookSet
 from harness_r1.harness.policies import SharedPolicy
 
 if TYPE_CHECKING:
-    from harness_r1.consumers import KafkaSettings
+    from harness_r1.agent import Agent
     from harness_r1.daemon.settings import Settings
-    from harness_r1.deploy import DeployedAgent
 
 
 class Fleet:
-    def __init__(
-        self, agents: list[DeployedAgent], tasks: list[TaskSpec], target: SharedPolicy
-    ) -> None:
+    def __init__(self, agents: list[Agent], tasks: list[TaskSpec], target: SharedPolicy) -> None:
         self.agents = agents
         self.tasks = tasks
         self.target = target
@@ -38,11 +33,11 @@ class Fleet:
 
     @property
     def ids(self) -> list[str]:
-        return [a.client.config.agent_id for a in self.agents]
+        return [a.agent_id for a in self.agents]
 
     def overlays(self) -> dict[str, str]:
         """agent id -> the overlay it runs now."""
-        return {a.client.config.agent_id: a.client.active_overlay_id for a in self.agents}
+        return {a.agent_id: a.active_overlay_id for a in self.agents}
 
     def on(self, overlay_id: str) -> list[str]:
         return [agent for agent, active in self.overlays().items() if active == overlay_id]
@@ -93,59 +88,49 @@ class Fleet:
     def close(self) -> None:
         self.target.stop()  # an agent thread still playing ends at its next model call
         for agent in self.agents:
-            agent.client.close()
-            agent.runtime.close()
+            agent.close()
 
 
 def build_fleet(
     options: DemoOptions,
     settings: Settings,
-    kafka: KafkaSettings,
     producer: Any,
     work: Path,
     policy: Any,
     on_trajectory: Callable[[Trajectory], None],
 ) -> Fleet:
-    """`options.agents` agents on `policy`; each finished trajectory is published to the
-    trajectory topic and handed to `on_trajectory` (the phase's progress bar)."""
-    from harness_r1.consumers import BroadcastReader, publish
-    from harness_r1.deploy import ClientConfig, DeployedAgent, Keyring, OverlayClient
-    from harness_r1.envs import get_suite
-    from harness_r1.harness import HarnessRuntime, RunConfig, spread
-    from harness_r1.sandbox import IsolatedHooks
+    """`options.agents` agents on `policy`, all in the pool FLEET, each with its state under
+    `work/agents/<id>` and the demo's key directory as trusted keys; each finished trajectory
+    is published to the trajectory topic (on the demo's one producer) and handed to
+    `on_trajectory` (the phase's progress bar)."""
+    from harness_r1.agent import build_agent
+    from harness_r1.deploy import Keyring
 
-    suite = get_suite(options.env)
     target = SharedPolicy(policy)
-    tasks = spread(suite.load_tasks(settings.data_root(), options.split), options.phase_episodes)
     keyring = Keyring.from_directory(work / "keys")
-    topics = [settings.release_topic, settings.control_topic]
-
-    def hooks(patch: Patch, overlay_id: str) -> HookSet:
-        return IsolatedHooks(patch, settings.sandbox.sandbox_config(), overlay_id=overlay_id)
-
-    def source(positions: Mapping[str, int]) -> MessageSource:
-        return BroadcastReader(kafka, topics, positions)
-
-    def sink(t: Trajectory) -> None:
-        publish(producer, settings.trajectory_topic, t.to_json_bytes(), timeout_s=10)
-        on_trajectory(t)
-
-    agents = []
-    for i in range(options.agents):
-        name = f"agent-{i}"
-        client = OverlayClient(
-            ClientConfig(agent_id=name, target=FLEET, state_dir=work / "agents" / name),
-            keyring,
-            hooks,
-            source_factory=source,
-        )
-        client.start()
-        config = RunConfig(
-            agent_id=name,
-            max_steps=options.max_steps,
-            history_turns=3,
-            lockstep=options.episodes_per_agent,
-        )
-        runtime = HarnessRuntime(suite, target, settings.data_root(), config)
-        agents.append(DeployedAgent(runtime, client, sink))
+    agents: list[Agent] = []
+    try:
+        for i in range(options.agents):
+            name = f"agent-{i}"
+            agents.append(
+                build_agent(
+                    settings,
+                    target,
+                    options.env,
+                    agent_id=name,
+                    target=FLEET,
+                    keys=keyring,
+                    state_dir=work / "agents" / name,
+                    lockstep=options.episodes_per_agent,
+                    max_steps=options.max_steps,
+                    history_turns=3,
+                    on_trajectory=on_trajectory,
+                    producer=producer,
+                )
+            )
+    except BaseException:
+        for agent in agents:
+            agent.close()
+        raise
+    tasks = agents[0].tasks(options.split, options.phase_episodes)
     return Fleet(agents, tasks, target)

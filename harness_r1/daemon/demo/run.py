@@ -136,7 +136,6 @@ def _in_world(
             fleet = build_fleet(
                 options,
                 settings,
-                kafka,
                 producer,
                 run_dir,
                 policy,
