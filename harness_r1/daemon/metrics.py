@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -30,20 +30,18 @@ from harness_r1.daemon.control import ACTORS, COMMANDS, RESULTS
 from harness_r1.daemon.deadletter import REASON_CODES
 from harness_r1.envs import ENV_NAMES
 
-#: Label values known in advance: their series exist (at 0) from the first scrape, so a rate()
-#: or an alert on them works before the first event. An env outside ENV_NAMES is "other".
-ENV_LABELS = (*ENV_NAMES, "other")
+#: Label values known in advance (these, and the env labels): their series exist (at 0) from
+#: the first scrape, so a rate() or an alert on them works before the first event. The env
+#: label takes the envs the metrics were built for (the daemon's: the built-in ones and the
+#: installed plugins); any other env read from a record is "other", so a producer's typo
+#: cannot grow the series without bound.
+OTHER_ENV = "other"
 OUTCOMES = ("success", "failure")
 BROKER_OPS = ("poll", "commit", "dead_letter", "send")
 BATCH_STATES = ("sealed", "done", "failed", "retried", "handed_back", "stale")
 GATE_VERDICTS = ("promote", "reject", "inconclusive")
 GUARD_VERDICTS = ("promote", "rollback")
 QUEUES = ("pending_batches", "running_batches", "dead_letters")
-
-
-def env_label(env: str) -> str:
-    """The metric label of an env name read from a record: bounded to the known envs."""
-    return env if env in ENV_NAMES else "other"
 
 
 # Candidate minus base success rate on the same tasks: -1 (every task lost) to 1 (every task
@@ -60,9 +58,15 @@ class DaemonMetrics:
 
     # Why this size: one declaration per metric family; the length is the list of what operators
     # can watch
-    def __init__(self, registry: CollectorRegistry, win_window: int = 100) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        win_window: int = 100,
+        envs: Sequence[str] = ENV_NAMES,
+    ) -> None:
         if win_window < 1:
             raise ValueError(f"win_window must be >= 1 candidates, got {win_window}")
+        self.env_labels: tuple[str, ...] = (*dict.fromkeys(envs), OTHER_ENV)
         self.trajectories_consumed = Counter(
             "harness_r1_trajectories_consumed",
             "Trajectories stored (new ones, not redelivered copies), by env and outcome "
@@ -261,8 +265,8 @@ class DaemonMetrics:
         self._initialise_series()
 
     def _initialise_series(self) -> None:
-        """Create every series whose label values are known, at zero (see ENV_LABELS)."""
-        for env in ENV_LABELS:
+        """Create every series whose label values are known, at zero (see OTHER_ENV)."""
+        for env in self.env_labels:
             for outcome in OUTCOMES:
                 self.trajectories_consumed.labels(env=env, outcome=outcome)
             self.failures_buffered.labels(env=env)
@@ -295,11 +299,15 @@ class DaemonMetrics:
             for actor in ACTORS:
                 self.control_commands_followed.labels(command=command, actor=actor)
 
+    def env_label(self, env: str) -> str:
+        """The metric label of an env name read from a record: bounded to the known envs."""
+        return env if env in self.env_labels else OTHER_ENV
+
     def observe_canary(self, env: str, delta: float) -> None:
         """One canaried candidate: its delta goes into the histogram and the env's win rate
         over the last `win_window` candidates is updated (canary workers may call it from
         several threads)."""
-        env = env_label(env)
+        env = self.env_label(env)
         self.canary_delta.labels(env=env).observe(delta)
         with self._lock:
             recent = self._recent.setdefault(env, deque(maxlen=self._window))
@@ -313,7 +321,7 @@ class DaemonMetrics:
         touched = set()
         with self._lock:
             for (env, origin), count in steps_by_origin.items():
-                label = env_label(env)
+                label = self.env_label(env)
                 self.action_steps.labels(env=label, origin=origin).inc(count)
                 totals = self._steps.setdefault(label, {})
                 totals[origin] = totals.get(origin, 0) + count
@@ -328,7 +336,7 @@ class DaemonMetrics:
         self, env: str, forced_share: float | None, patch_alone: float | None
     ) -> None:
         """One canaried candidate's forced share and patch-alone success (None: not measured)."""
-        label = env_label(env)
+        label = self.env_label(env)
         if forced_share is not None:
             self.candidate_forced_share.labels(env=label).observe(forced_share)
         if patch_alone is not None:

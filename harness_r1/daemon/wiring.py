@@ -38,7 +38,7 @@ from harness_r1.daemon.ingest import IngestConfig, PollReport, TrajectoryIngest
 from harness_r1.daemon.ingest_progress import IngestSink
 from harness_r1.daemon.loop import ImprovementLoop, LoopMetricsSink
 from harness_r1.daemon.loop_config import LoopConfig
-from harness_r1.daemon.metrics import DaemonMetrics, env_label
+from harness_r1.daemon.metrics import DaemonMetrics
 from harness_r1.daemon.replayable import ReplayableTasks
 from harness_r1.daemon.service import Daemon
 from harness_r1.daemon.settings import Settings
@@ -52,6 +52,7 @@ from harness_r1.deploy import (
     PublisherConfig,
     Signer,
 )
+from harness_r1.envs import env_names
 from harness_r1.sandbox import (
     BASE_INCUMBENT,
     CanaryBatch,
@@ -102,12 +103,12 @@ class MetricsAdapter(LoopMetricsSink, IngestSink):
         for reason, count in report.dead_letters_sent.items():
             self.m.dead_lettered.labels(reason=reason).inc(count)
         for (env, outcome), count in report.result.by_env.items():
-            label = env_label(env)
+            label = self.m.env_label(env)
             self.m.trajectories_consumed.labels(env=label, outcome=outcome).inc(count)
             if outcome == "failure":
                 self.m.failures_buffered.labels(env=label).inc(count)
         for env, count in report.result.unreplayable.items():
-            self.m.unreplayable.labels(env=env_label(env)).inc(count)
+            self.m.unreplayable.labels(env=self.m.env_label(env)).inc(count)
         self.m.queue_depth.labels(queue="dead_letters").set(report.dead_letters_pending)
         if report.dead_letter_error is not None:
             self.m.broker_errors.labels(op="dead_letter").inc()
@@ -330,7 +331,7 @@ def build_daemon(
     store = StateStore(url)
     overlays = OverlayRegistry(url)
     registry = CollectorRegistry()
-    metrics = DaemonMetrics(registry)
+    metrics = DaemonMetrics(registry, envs=env_names())  # plugins get their own label
     adapter = MetricsAdapter(metrics)
 
     def send(topic: str, value: bytes, key_bytes: bytes | None) -> None:

@@ -224,3 +224,19 @@ def test_repeated_library_warnings_pass_once_a_minute_with_a_count() -> None:
     assert kafka_lines[1][1].endswith("(repeated 899 times in the last 60 s)")
     assert all(repeat.filter(record("harness_r1.daemon", "broker_unreachable")) for _ in range(5))
     assert repeat.filter(record("kafka.conn", "another message"))  # keyed by message
+
+
+def test_a_plugin_env_gets_its_own_label_and_an_unknown_one_is_other() -> None:
+    """The daemon builds its metrics for the installed envs: an operator's own env is watched
+    by name from the first scrape, while an env no installed package provides stays "other"."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, envs=("dbbench", "textworld"))
+    ready = registry.get_sample_value(
+        "harness_r1_trajectories_consumed_total", {"env": "textworld", "outcome": "failure"}
+    )
+    assert ready == 0.0
+    metrics.observe_canary("textworld", 0.25)
+    metrics.observe_canary("typo_env", 0.25)
+    assert registry.get_sample_value("harness_r1_patch_win_rate", {"env": "textworld"}) == 1.0
+    assert registry.get_sample_value("harness_r1_patch_win_rate", {"env": "other"}) == 1.0
+    assert registry.get_sample_value("harness_r1_patch_win_rate", {"env": "typo_env"}) is None
