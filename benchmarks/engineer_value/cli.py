@@ -14,6 +14,7 @@ from .ablation import run_ablation
 from .baselines import run_baselines
 from .coevolution import run_coevolution
 from .coldstart import run_coldstart
+from .crosstask import run_crosstask
 from .deployed import run_deployed
 from .engineers import run_engineers
 from .grpo import stage_grpo
@@ -27,7 +28,7 @@ from .transfer import run_transfer
 
 STAGES = (
     "baselines", "deployed", "coldstart", "sft", "sampling", "grpo", "rft", "engineers",
-    "headroom", "ablation", "transfer", "coevolution", "reach",
+    "headroom", "ablation", "transfer", "coevolution", "reach", "crosstask",
 )  # fmt: skip
 
 
@@ -113,6 +114,8 @@ def main() -> None:
             run_transfer(envs, args.out, log)
         elif stage == "coevolution":
             run_coevolution(envs, args.out, log)
+        elif stage == "crosstask":
+            run_crosstask(args.out, log)
         elif stage == "reach":
             run_reach(envs, args.out, log, names)
         else:

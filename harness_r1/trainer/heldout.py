@@ -95,6 +95,9 @@ class PacketScore:
     proposals: int = 0
     valid: int = 0
     deltas: list[float] = field(default_factory=list)  # evaluated proposals only
+    #: of the evaluated proposals: forced share of their steps, success without the model
+    forced_shares: list[float] = field(default_factory=list)
+    patch_alone: list[float] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)  # all proposals but infra failures
     infra_errors: int = 0
     rejected: Counter[str] = field(default_factory=Counter)  # by stage:code
@@ -118,6 +121,8 @@ class PacketScore:
             "proposals": self.proposals,
             "valid": self.valid,
             "deltas": self.deltas,
+            "forced_shares": self.forced_shares,
+            "patch_alone": self.patch_alone,
             "rewards": self.rewards,
             "infra_errors": self.infra_errors,
             "rejected": dict(sorted(self.rejected.items())),
@@ -143,6 +148,8 @@ class PacketScore:
             proposals=data["proposals"],
             valid=data["valid"],
             deltas=list(data["deltas"]),
+            forced_shares=list(data.get("forced_shares", [])),  # reports from before: none
+            patch_alone=list(data.get("patch_alone", [])),
             rewards=list(data["rewards"]),
             infra_errors=data["infra_errors"],
             rejected=Counter(data["rejected"]),
@@ -193,6 +200,8 @@ class HeldOutReport:
             "valid_fraction": valid / proposals if proposals else None,
             "evaluated": len(deltas),
             "mean_delta": _mean(deltas),
+            "mean_forced_share": _mean(self._all("forced_shares")),
+            "mean_patch_alone": _mean(self._all("patch_alone")),
             "mean_reward": _mean(self._all("rewards")),
             "improved_fraction": sum(d > 0 for d in deltas) / judged if judged else None,
             "gated": self.gated,
@@ -369,9 +378,22 @@ def score_packet(
         else:
             score.deltas.append(result.delta_success)
             score.rewards.append(result.delta_success)
+            _attribute(score, result)
     if gate is not None:
         _gate(score, report, candidates, source, runner, gate)
     return score
+
+
+def _attribute(score: PacketScore, result: CandidateResult) -> None:
+    """Who decided an evaluated proposal's episodes: its forced share and what the harness won
+    without the model, on its sample and in the packet's lists (None values left out)."""
+    sample = next(s for s in score.samples if f"p{s['index']}" == result.candidate_id)
+    forced, alone = result.forced_share, result.patch_alone_success
+    sample.update(forced_share=forced, patch_alone=alone)
+    if forced is not None:
+        score.forced_shares.append(forced)
+    if alone is not None:
+        score.patch_alone.append(alone)
 
 
 def _gate(

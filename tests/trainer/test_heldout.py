@@ -139,6 +139,13 @@ def test_proposals_are_scored_by_validity_and_canary_delta(tmp_path: Path) -> No
         "static:top_level_statement",  # the import sits outside the hook function
     ]
     assert score.samples[0]["valid"] and score.samples[0]["text"].startswith("<think>")
+    # who decided: the shopper forces its clicks, and wins some goals with no model at all
+    assert len(score.forced_shares) == len(score.patch_alone) == 2
+    assert score.samples[0]["forced_share"] == score.forced_shares[0] > 0
+    assert score.samples[0]["patch_alone"] == score.patch_alone[0]
+    assert summary["mean_forced_share"] == pytest.approx(score.forced_shares[0])
+    assert summary["mean_patch_alone"] == pytest.approx(score.patch_alone[0])
+    assert PacketScore.from_dict(score.to_dict()).forced_shares == score.forced_shares
 
 
 class FailingCanary:
