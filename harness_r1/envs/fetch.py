@@ -326,6 +326,14 @@ def fetch_env_data(
     """Download `SOURCES[env]` into `cache_dir` (a temporary directory by default; a file
     already there is not downloaded again) and lay them out under `data_root`."""
     if env not in SOURCES:
+        from harness_r1.envs.registry import plugin_entry_points
+
+        if env in plugin_entry_points():
+            raise KeyError(
+                f"{env!r} is a plugin env: its package brings or makes its own data (its "
+                f"README says how); `data fetch` gets the official files of "
+                f"{', '.join(SOURCES)}"
+            )
         raise KeyError(f"unknown env {env!r}; known: {', '.join(SOURCES)}")
     temporary = cache_dir is None
     cache = Path(cache_dir) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="hr1-"))

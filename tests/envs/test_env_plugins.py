@@ -152,3 +152,13 @@ def test_env_check_names_what_is_wrong_and_exits_1(site: Path) -> None:
     assert "is a dict, not an EnvSuite" in result.stderr
     unknown = CliRunner().invoke(app, ["env", "check", "nethack"])
     assert unknown.exit_code == 2 and "unknown env 'nethack'" in unknown.output
+
+
+def test_data_fetch_says_a_plugin_brings_its_own_data(site: Path) -> None:
+    from harness_r1.envs import fetch_env_data
+
+    install(site, {"sqlplugin": "envplugin:SUITE"})
+    with pytest.raises(KeyError, match="'sqlplugin' is a plugin env: its package brings"):
+        fetch_env_data("sqlplugin", site / "data")
+    with pytest.raises(KeyError, match="unknown env 'nethack'"):
+        fetch_env_data("nethack", site / "data")
