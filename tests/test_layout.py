@@ -30,7 +30,6 @@ ALLOWED: dict[str, set[str]] = {
         "trainer",
         "consumers",
         "deploy",
-        "agent",
     },
     "agent": {
         "contracts",
@@ -42,6 +41,18 @@ ALLOWED: dict[str, set[str]] = {
         "deploy",
         "daemon",
     },
+    "demo": {
+        "contracts",
+        "models",
+        "envs",
+        "harness",
+        "sandbox",
+        "trainer",
+        "consumers",
+        "deploy",
+        "daemon",
+        "agent",
+    },
     "cli": {
         "contracts",
         "models",
@@ -52,6 +63,8 @@ ALLOWED: dict[str, set[str]] = {
         "consumers",
         "deploy",
         "daemon",
+        "agent",
+        "demo",
     },
 }
 

@@ -70,7 +70,7 @@ def demo(
 
     Example: `harness-r1 demo --env webshop --agents 4 --episodes 2 --rounds 2`"""
     if not reference:
-        from harness_r1.daemon.demo import DemoOptions, run_demo
+        from harness_r1.demo import DemoOptions, run_demo
 
         settings = cli_settings()
         options = DemoOptions(

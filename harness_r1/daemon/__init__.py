@@ -1,8 +1,8 @@
-"""The service: settings, state store, ingest, the improvement loop, scheduler, observability,
-the embedded demo.
+"""The service: settings, state store, ingest, the improvement loop, scheduler, observability.
 
-Only `harness_r1.cli` imports this package, and `harness_r1.agent` its settings (an embedded
-agent reads the daemon's settings file).
+Only `harness_r1.demo` and `harness_r1.cli` import this package, and `harness_r1.agent` its
+settings (an embedded agent reads the daemon's settings file). The demo is not in here: it
+builds its fleet with `harness_r1.agent`, which sits above the daemon.
 
 Modules:
 - canary_log.py: The daemon's canary progress as log lines: a canary runs for minutes, and the
@@ -37,8 +37,6 @@ Modules:
   the daemon's settings (names, the trajectory size limit)
 - wiring.py: Settings -> a running Daemon: the one place that knows every component's
   constructor
-- demo/: `harness-r1 demo`: the whole loop on one machine, no external services, improving round
-  after round
 - settings/: Settings: read once at the entry point, passed down as plain objects
 - store/: The daemon's durable state: trajectories, consumer positions, failure batches and
   results
@@ -58,14 +56,17 @@ if TYPE_CHECKING:
     )
     from harness_r1.daemon.logs import configure_logging
     from harness_r1.daemon.replayable import ReplayableTasks
+    from harness_r1.daemon.service import Daemon
     from harness_r1.daemon.tasks import TaskIndex
     from harness_r1.daemon.topics import recommended_topics
-    from harness_r1.daemon.wiring import build_daemon
+    from harness_r1.daemon.wiring import CanaryRunners, build_daemon
 
 __getattr__ = lazy_exports(__name__, __file__)
 
 
 __all__ = [
+    "CanaryRunners",
+    "Daemon",
     "IngestConfig",
     "ReplayableTasks",
     "TaskIndex",

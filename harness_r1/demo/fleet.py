@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness_r1.contracts import TaskSpec, Trajectory
-from harness_r1.daemon.demo.options import FLEET, DemoOptions
+from harness_r1.demo.options import FLEET, DemoOptions
 from harness_r1.harness.policies import SharedPolicy
 
 if TYPE_CHECKING:

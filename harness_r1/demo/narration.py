@@ -36,7 +36,7 @@ from harness_r1.contracts import Trajectory
 @contextmanager
 def stderr_to(log_path: Path) -> Iterator[TextIO]:
     """Point fd 2 (and the daemon's log) at `log_path` for the duration; restore after."""
-    from harness_r1.daemon.logs import configure_logging
+    from harness_r1.daemon import configure_logging
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stream = log_path.open("a", buffering=1, encoding="utf-8")

@@ -8,8 +8,8 @@ import html
 from pathlib import Path
 
 from harness_r1.contracts import format_share
-from harness_r1.daemon.demo.options import DemoOptions, DemoResult
-from harness_r1.daemon.demo.summary import CANDIDATE_COLUMNS, Level, candidate_row, levels
+from harness_r1.demo.options import DemoOptions, DemoResult
+from harness_r1.demo.summary import CANDIDATE_COLUMNS, Level, candidate_row, levels
 
 
 def write_report(result: DemoResult, options: DemoOptions) -> tuple[Path, Path]:

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness_r1.contracts import BASE_HARNESS, Trajectory, format_share
-from harness_r1.daemon.demo.fleet import Fleet
-from harness_r1.daemon.demo.narration import CanaryRelay, Narrator, PhaseBar
-from harness_r1.daemon.demo.options import (
+from harness_r1.demo.fleet import Fleet
+from harness_r1.demo.narration import CanaryRelay, Narrator, PhaseBar
+from harness_r1.demo.options import (
     FLEET,
     DemoOptions,
     GuardWatch,
@@ -40,7 +40,7 @@ from harness_r1.daemon.demo.options import (
 )
 
 if TYPE_CHECKING:
-    from harness_r1.daemon.service import Daemon
+    from harness_r1.daemon import Daemon
 
 #: Batch states that end a batch's run through the daemon.
 FINISHED = ("done", "failed", "stale")

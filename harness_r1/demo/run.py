@@ -18,9 +18,9 @@ import yaml
 from rich.console import Console
 
 from harness_r1.contracts import BASE_HARNESS
-from harness_r1.daemon.demo.fleet import Fleet, build_fleet
-from harness_r1.daemon.demo.narration import CanaryRelay, Narrator, stderr_to
-from harness_r1.daemon.demo.options import (
+from harness_r1.demo.fleet import Fleet, build_fleet
+from harness_r1.demo.narration import CanaryRelay, Narrator, stderr_to
+from harness_r1.demo.options import (
     DEMO_MIN_BATCH,
     DEMO_MIN_GUARD_EPISODES,
     FLEET,
@@ -28,7 +28,7 @@ from harness_r1.daemon.demo.options import (
     DemoParts,
     DemoResult,
 )
-from harness_r1.daemon.demo.rounds import Choreography
+from harness_r1.demo.rounds import Choreography
 from harness_r1.deploy import GuardConfig
 
 if TYPE_CHECKING:
@@ -77,8 +77,8 @@ def _run_demo(
     narrator.say(f"[bold]run folder[/bold] {run_dir} (log: {log_path.name})")
     with stderr_to(log_path):
         result = _in_world(options, data_root, cache, narrator, parts, run_dir, started)
-    from harness_r1.daemon.demo.report import write_report
-    from harness_r1.daemon.demo.summary import print_summary
+    from harness_r1.demo.report import write_report
+    from harness_r1.demo.summary import print_summary
 
     result.seconds["total"] = time.monotonic() - started
     print_summary(console, result, options)
@@ -98,8 +98,8 @@ def _in_world(
     started: float,
 ) -> DemoResult:
     from harness_r1.consumers import EmbeddedBroker, KafkaSettings, make_producer
-    from harness_r1.daemon.demo.summary import scrape_win_rate
-    from harness_r1.daemon.wiring import CanaryRunners, build_daemon
+    from harness_r1.daemon import CanaryRunners, build_daemon
+    from harness_r1.demo.summary import scrape_win_rate
     from harness_r1.deploy import generate_keypair
 
     relay = CanaryRelay()

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harness_r1.contracts import OriginCounts, Trajectory, format_share
-from harness_r1.daemon.demo.options import DemoOptions, DemoResult, RoundResult
 from harness_r1.daemon.store import CandidateRow
+from harness_r1.demo.options import DemoOptions, DemoResult, RoundResult
 from harness_r1.harness import wilson_interval
 
 WIN_RATE = "harness_r1_patch_win_rate"

@@ -29,10 +29,10 @@ from harness_r1.cli.app import app
 from harness_r1.consumers.broker import EmbeddedBroker
 from harness_r1.consumers.kafka_client import KafkaSettings
 from harness_r1.consumers.topic_setup import ensure_topics
-from harness_r1.daemon.demo.run import write_config
 from harness_r1.daemon.service import Daemon
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
+from harness_r1.demo.run import write_config
 from harness_r1.deploy.signing import generate_keypair
 from harness_r1.trainer.writers import TemplateWriter
 

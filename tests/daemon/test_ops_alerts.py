@@ -31,10 +31,10 @@ from test_alerts import _short_for_copy
 from test_durability import HARNESS_R1, wait_for
 
 from harness_r1.consumers.broker import EmbeddedBroker
-from harness_r1.daemon.demo.run import write_config
 from harness_r1.daemon.logs import configure_logging
 from harness_r1.daemon.settings import Settings
 from harness_r1.daemon.wiring import Built, build_daemon
+from harness_r1.demo.run import write_config
 from harness_r1.deploy.signing import generate_keypair
 from harness_r1.trainer.writers import TemplateWriter
 

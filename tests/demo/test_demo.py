@@ -1,7 +1,8 @@
 """`harness-r1 demo`'s choreography end to end (embedded broker, a fleet of deployed agents
 with overlay clients, the daemon, staged releases, the live guard, two rounds, an operator
 rollback through the CLI in its own process), with the two models replaced by the named test
-doubles of daemon_rig.py; `make demo` runs it on SmolLM2 and the template teacher."""
+doubles of tests/daemon/daemon_rig.py; `make demo` runs it on SmolLM2 and the template
+teacher."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from daemon_rig import JUNK, MAX_STEPS, StagedEngineer, canary_with_progress, data_root
 from rich.console import Console
 
-from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
-from harness_r1.daemon.demo.summary import levels
+from harness_r1.demo import DemoOptions, DemoParts, run_demo
+from harness_r1.demo.summary import levels
 from harness_r1.deploy.registry import OverlayRegistry
 from harness_r1.harness.policies import ScriptedPolicy
 

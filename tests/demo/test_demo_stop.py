@@ -1,8 +1,8 @@
 """Ctrl-C or SIGTERM stops the demo and everything it started (the broker, the daemon's
 threads, the hook workers) within 5 s, while the canary runs or while the fleet plays. The demo
-runs in its own process with the named stand-ins of daemon_rig.py, slowed down so that it is
-mid-canary or mid-phase when the signal comes. A demo that does not stop has its threads'
-stacks dumped (faulthandler, SIGUSR1) into the failure message."""
+runs in its own process with the named stand-ins of tests/daemon/daemon_rig.py, slowed down so
+that it is mid-canary or mid-phase when the signal comes. A demo that does not stop has its
+threads' stacks dumped (faulthandler, SIGUSR1) into the failure message."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-RIG = Path(__file__).parent
+RIG = Path(__file__).parents[1] / "daemon"  # daemon_rig.py, for the demo's process
 
 SCRIPT = """
 import faulthandler, signal, sys, time
@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 
 from daemon_rig import JUNK, StagedEngineer, canary_with_progress, data_root
-from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
+from harness_r1.demo import DemoOptions, DemoParts, run_demo
 from harness_r1.harness.policies import ScriptedPolicy
 
 calls = []

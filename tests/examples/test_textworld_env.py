@@ -98,7 +98,7 @@ def test_the_daemon_improves_or_honestly_rejects_on_it(
     rules, said), the template teacher's candidates are canaried on the same games and gated.
     The target is a named test double that always looks around (it cannot win a game), so
     the honest outcome is a rejection; the real model runs in `make bench`."""
-    from harness_r1.daemon.demo import DemoOptions, DemoParts, run_demo
+    from harness_r1.demo import DemoOptions, DemoParts, run_demo
     from harness_r1.harness import HarnessRuntime, HookSet, RunConfig
     from harness_r1.harness.policies import ScriptedPolicy
     from harness_r1.sandbox import CanaryRunner, IsolatedHooks, SandboxConfig, static_validator
