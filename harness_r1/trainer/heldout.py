@@ -11,6 +11,8 @@ baseline episodes). Numbers per version:
 - mean reward: the paper's flat training reward over all proposals (invalid ->
   `invalid_reward`, never graded by trainer.shaping, so versions trained with either reward
   compare on one scale); infrastructure failures are left out of both means and counted;
+- who decided the evaluated proposals' episodes: their forced share and the success the patch
+  wins without the model (the canary's patch-alone control), per proposal and as means;
 - improved fraction: proposals with a positive delta, over all proposals but infrastructure
   failures;
 - promoted fraction (with a `HeldOutGate`): proposals the promotion gate (`sandbox.gate.decide`)
@@ -44,7 +46,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import structlog
@@ -115,56 +117,20 @@ class PacketScore:
     guard_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "packet_id": self.packet_id,
-            "tasks": self.tasks,
-            "proposals": self.proposals,
-            "valid": self.valid,
-            "deltas": self.deltas,
-            "forced_shares": self.forced_shares,
-            "patch_alone": self.patch_alone,
-            "rewards": self.rewards,
-            "infra_errors": self.infra_errors,
-            "rejected": dict(sorted(self.rejected.items())),
-            "generated_tokens": self.generated_tokens,
-            "generate_seconds": round(self.generate_seconds, 3),
-            "canary_episodes": self.canary_episodes,
-            "canary_seconds": round(self.canary_seconds, 3),
-            "baseline_episodes": self.baseline_episodes,
-            "baseline_seconds": round(self.baseline_seconds, 3),
-            "promoted": self.promoted,
-            "verdicts": dict(sorted(self.verdicts.items())),
-            "guard_episodes": self.guard_episodes,
-            "guard_seconds": round(self.guard_seconds, 3),
-            "samples": self.samples,
-        }
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("rejected", "verdicts"):
+            data[name] = dict(sorted(data[name].items()))
+        for name in ("generate_seconds", "canary_seconds", "baseline_seconds", "guard_seconds"):
+            data[name] = round(data[name], 3)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PacketScore:
-        """A score as `to_dict` wrote it (a resumed evaluation's finished packets)."""
-        return cls(
-            packet_id=data["packet_id"],
-            tasks=data["tasks"],
-            proposals=data["proposals"],
-            valid=data["valid"],
-            deltas=list(data["deltas"]),
-            forced_shares=list(data.get("forced_shares", [])),  # reports from before: none
-            patch_alone=list(data.get("patch_alone", [])),
-            rewards=list(data["rewards"]),
-            infra_errors=data["infra_errors"],
-            rejected=Counter(data["rejected"]),
-            generated_tokens=data["generated_tokens"],
-            generate_seconds=data["generate_seconds"],
-            canary_episodes=data["canary_episodes"],
-            canary_seconds=data["canary_seconds"],
-            baseline_episodes=data["baseline_episodes"],
-            baseline_seconds=data["baseline_seconds"],
-            samples=list(data["samples"]),
-            promoted=data["promoted"],
-            verdicts=Counter(data["verdicts"]),
-            guard_episodes=data["guard_episodes"],
-            guard_seconds=data["guard_seconds"],
-        )
+        """A score as `to_dict` wrote it (a resumed evaluation's finished packets; a field
+        that an older report lacks keeps its default)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values.update(rejected=Counter(data["rejected"]), verdicts=Counter(data["verdicts"]))
+        return cls(**values)
 
 
 def _mean(values: Sequence[float]) -> float | None:
