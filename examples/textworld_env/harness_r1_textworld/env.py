@@ -40,10 +40,12 @@ def game_text(feedback: str) -> str:
 
 @contextmanager
 def _quiet_engine() -> Iterator[None]:
-    """Jericho warns that a generated game's score tracking is unsupported: TextWorld tracks
-    the score itself (`score`, `won`), so the warning says nothing to an operator."""
+    """Jericho warns that a generated game's score tracking is unsupported (TextWorld tracks
+    the score itself: `score`, `won`) and that an overlong command was cut (it is an invalid
+    action all the same, and says so in `info`): neither says anything to an operator."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Game .* is not fully supported")
+        warnings.filterwarnings("ignore", message=r".* was truncated to ")
         yield
 
 
@@ -87,7 +89,8 @@ class TextWorldChallengeEnv:
         command = str(action).strip()
         played_in = self._admissible
         try:
-            state, _score, _done = self._engine.step(command)
+            with _quiet_engine():
+                state, _score, _done = self._engine.step(command)
         except Exception as err:
             self._done = True
             raise EnvError(f"TextWorld failed on {command!r}: {err!r}") from err
