@@ -28,7 +28,10 @@ bash benchmarks/engineer_cpu_run.sh 2>&1 | tee runs/bench-engineer.log
 $PY benchmarks/engineer_rows.py runs/engineer | tee runs/bench-engineer-rows.md
 # issue 20: the engineer's value (hours: cold start, SFT, GRPO, the table); resumable, rerun it
 # after an interruption and it continues where it stopped
-$PY benchmarks/engineer_value --stages all 2>&1 | tee runs/bench-engineer-value.log
+# (its crosstask stage needs the TextWorld plugin: installed beside the venv, not into it)
+$PY -m pip install -q --no-deps --no-build-isolation --target runs/plugins examples/textworld_env
+PYTHONPATH=runs/plugins $PY benchmarks/engineer_value --stages all 2>&1 \
+    | tee runs/bench-engineer-value.log
 # the coevolution's second half: the engineer retrained against the tuned target the stage
 # above used (the same cold start's SFT engineer, GRPO on the tuned target's WebShop failures),
 # in a folder of that target's own (run files are keyed by name, not by target)
