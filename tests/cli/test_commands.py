@@ -333,7 +333,7 @@ def test_canary_options_default_to_the_settings(
 ) -> None:
     """One source of defaults: an option left out takes the settings' value (here from the
     environment), an option given wins."""
-    import harness_r1.cli.jobs.canary as canary_job
+    import harness_r1.cli.jobs as jobs
     from harness_r1.cli.settings import use_root_config
 
     seen = []
@@ -342,7 +342,9 @@ def test_canary_options_default_to_the_settings(
         seen.append(request)
         raise _Stop
 
-    monkeypatch.setattr(canary_job, "run_canary", record)
+    # on the package the command imports it from: a lazy export is cached there on first use,
+    # so patching the defining module would leave the stand-in behind for later tests
+    monkeypatch.setattr(jobs, "run_canary", record)
     monkeypatch.setenv("HARNESS_R1_LOOP__HISTORY_TURNS", "2")
     monkeypatch.setenv("HARNESS_R1_LOOP__MAX_NEW_TOKENS", "40")
     monkeypatch.setenv("HARNESS_R1_LOOP__GATE_MIN_BATCH", "3")
