@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def textworld_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """examples/textworld_env installed into a session folder; its games generated into a
-    session cache (each game once for all tests). Yields the install folder, which is also on
+    """examples/textworld_env installed once per test run into a folder; its games generated into a
+    shared cache (each game once for all tests). Yields the install folder, which is also on
     PYTHONPATH for the commands the tests start."""
     site = tmp_path_factory.mktemp("site")
     install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
